@@ -1,0 +1,65 @@
+// Client: a connection to a fedgather-server over mutual TLS, from which
+// this participant joins groups.
+//
+//   auto client = fedgather::Client::Connect({.server_address = "host:port",
+//                                             .tls = *ReadTlsDir(dir)});
+//   auto group = (*client)->Join({.group = "demo", .world_size = 4});
+//   auto gathered = (*group)->AllGather(tensor);  // [4, *tensor.shape]
+//
+// Thread safety: a Client may be used from several threads; each Group it
+// returns is independent. The Client must outlive its Groups.
+#ifndef FEDGATHER_CLIENT_CLIENT_H_
+#define FEDGATHER_CLIENT_CLIENT_H_
+
+#include <grpcpp/channel.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/group.h"
+#include "common/tls_credentials.h"
+
+namespace fedgather {
+
+struct ClientOptions {
+  std::string server_address;  // HOST:PORT; the server certificate must name HOST
+  TlsFiles tls;                // this participant's cert, key and the CA
+};
+
+struct JoinOptions {
+  std::string group;
+  int world_size = 0;
+  std::optional<int> rank;  // unset: the server assigns by sorted identity
+  // How long to wait for every member to join.
+  absl::Duration timeout = absl::Minutes(5);
+};
+
+class Client {
+ public:
+  // Connect prepares a channel; it does not block. Connection and TLS
+  // failures surface from Join as UNAVAILABLE. INVALID_ARGUMENT for empty
+  // options.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+
+  // Join blocks until the group has formed (every member joined and ranks
+  // are assigned) and returns this member's Group. Errors from the server:
+  // PERMISSION_DENIED (not a member, or no such group), INVALID_ARGUMENT
+  // (world size or rank), ALREADY_EXISTS (rank taken), FAILED_PRECONDITION
+  // (group full), DEADLINE_EXCEEDED (did not form in time), UNAVAILABLE (no
+  // connection, failed TLS handshake).
+  absl::StatusOr<std::unique_ptr<Group>> Join(const JoinOptions& options);
+
+ private:
+  Client(std::string address, std::shared_ptr<grpc::Channel> channel);
+
+  const std::string address_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+}  // namespace fedgather
+
+#endif  // FEDGATHER_CLIENT_CLIENT_H_

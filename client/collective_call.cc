@@ -1,0 +1,253 @@
+#include "client/collective_call.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace fedgather {
+namespace {
+
+constexpr char kCollectiveMethod[] = "/fedgather.v1.Rendezvous/Collective";
+
+}  // namespace
+
+CollectiveCall::CollectiveCall(CollectiveSetup setup,
+                               absl::Span<const ConstHostTensor> inputs,
+                               ReceiveTarget* target)
+    : setup_(std::move(setup)), inputs_(inputs), target_(target) {}
+
+absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
+  v1::CollectiveFrame header_frame;
+  v1::CollectiveHeader* header = header_frame.mutable_header();
+  header->set_group(setup_.group);
+  header->set_epoch(setup_.epoch);
+  header->set_seq(setup_.seq);
+  header->set_op(setup_.op);
+  header->set_rank(setup_.rank);
+  for (const ConstHostTensor& input : inputs_) fingerprint_.push_back(input.spec);
+  FingerprintToProto(fingerprint_, header->mutable_tensors());
+  // The server applies the same checks; failing here sends nothing.
+  FG_RETURN_IF_ERROR(FingerprintFromProto(header->tensors(), "input").status());
+  for (const ConstHostTensor& input : inputs_) {
+    input_bytes_.push_back(ByteSize(input.spec).value());
+    if (input.data == nullptr && input_bytes_.back() > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("input '", input.spec.name, "' has no data"));
+    }
+  }
+  parts_.resize(setup_.world_size);
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    FG_ASSIGN_OR_RETURN(uint8_t * own,
+                        target_->Place(setup_.rank, static_cast<int>(i),
+                                       inputs_[i].spec));
+    if (input_bytes_[i] > 0 && own != inputs_[i].data) {
+      std::memcpy(own, inputs_[i].data, static_cast<size_t>(input_bytes_[i]));
+    }
+  }
+  stub->PrepareBidiStreamingCall(&context_, kCollectiveMethod,
+                                 grpc::StubOptions(), this);
+  StartRead(&read_buffer_);
+  write_buffer_ = EncodeFrame(header_frame);
+  header_sent_ = true;
+  StartWrite(&write_buffer_);
+  StartCall();
+  return absl::OkStatus();
+}
+
+void CollectiveCall::WriteNext() {
+  while (write_tensor_ < inputs_.size() &&
+         write_offset_ == input_bytes_[write_tensor_]) {
+    ++write_tensor_;
+    write_offset_ = 0;
+  }
+  if (write_tensor_ < inputs_.size()) {
+    const int64_t left = input_bytes_[write_tensor_] - write_offset_;
+    ChunkMeta meta;
+    meta.rank = static_cast<uint32_t>(setup_.rank);
+    meta.tensor_index = static_cast<uint32_t>(write_tensor_);
+    meta.offset = static_cast<uint64_t>(write_offset_);
+    meta.size = static_cast<uint64_t>(std::min(left, setup_.max_chunk_bytes));
+    const uint8_t* data =
+        static_cast<const uint8_t*>(inputs_[write_tensor_].data) + write_offset_;
+    own_hasher_.Update(data, meta.size);
+    write_buffer_ = EncodeChunkFrame(meta, data);
+    write_offset_ += static_cast<int64_t>(meta.size);
+    StartWrite(&write_buffer_);
+    return;
+  }
+  if (!end_sent_) {
+    end_sent_ = true;
+    own_digest_ = own_hasher_.Finish();
+    v1::CollectiveFrame frame;
+    frame.mutable_end()->set_rank(setup_.rank);
+    frame.mutable_end()->set_sha256(own_digest_.data(), own_digest_.size());
+    write_buffer_ = EncodeFrame(frame);
+    StartWrite(&write_buffer_);
+    return;
+  }
+  StartWritesDone();
+}
+
+void CollectiveCall::OnWriteDone(bool ok) {
+  // A failed write means the call is over; OnDone brings the status.
+  if (ok) WriteNext();
+}
+
+void CollectiveCall::OnReadDone(bool ok) {
+  if (!ok) return;
+  if (absl::Status handled = HandleFrame(); !handled.ok()) {
+    Abort(handled);
+    return;
+  }
+  StartRead(&read_buffer_);
+}
+
+void CollectiveCall::Abort(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = status;
+  }
+  context_.TryCancel();
+}
+
+absl::Status CollectiveCall::HandleFrame() {
+  v1::CollectiveFrame frame;
+  DownloadSink sink(this);
+  FG_ASSIGN_OR_RETURN(const v1::CollectiveFrame::KindCase kind,
+                      DecodeFrame(read_buffer_, &frame, &sink));
+  switch (kind) {
+    case v1::CollectiveFrame::kHeader:
+      return HandleHeader(frame.header());
+    case v1::CollectiveFrame::kChunk:
+      return absl::OkStatus();  // the sink placed it
+    case v1::CollectiveFrame::kCommit:
+      return HandleCommit(frame.commit());
+    default:
+      return absl::InternalError(
+          "protocol error: the server sent a frame clients never receive");
+  }
+}
+
+absl::Status CollectiveCall::HandleHeader(const v1::CollectiveHeader& header) {
+  const int r = static_cast<int>(header.rank());
+  if (header.rank() >= static_cast<uint32_t>(setup_.world_size) ||
+      r == setup_.rank || parts_[r].have_header) {
+    return absl::InternalError(absl::StrCat(
+        "protocol error: unexpected header for rank ", header.rank()));
+  }
+  Part& part = parts_[r];
+  FG_ASSIGN_OR_RETURN(
+      part.fingerprint,
+      FingerprintFromProto(header.tensors(), absl::StrCat("rank ", r, " header")));
+  if (header.op() != setup_.op) {
+    return absl::InternalError(absl::StrCat("protocol error: rank ", r,
+                                            " ran ", OpName(header.op())));
+  }
+  FG_RETURN_IF_ERROR(CompareFingerprints(setup_.op, setup_.rank, fingerprint_,
+                                         r, part.fingerprint));
+  for (size_t i = 0; i < part.fingerprint.size(); ++i) {
+    FG_ASSIGN_OR_RETURN(uint8_t * dest,
+                        target_->Place(r, static_cast<int>(i),
+                                       part.fingerprint[i]));
+    part.dest.push_back(dest);
+  }
+  part.sequence.emplace(part.fingerprint, setup_.max_chunk_bytes);
+  part.have_header = true;
+  return absl::OkStatus();
+}
+
+absl::Status CollectiveCall::DownloadSink::Begin(const ChunkMeta& meta) {
+  const int r = static_cast<int>(meta.rank);
+  if (meta.rank >= static_cast<uint32_t>(call_->setup_.world_size) ||
+      r == call_->setup_.rank || !call_->parts_[r].have_header) {
+    return absl::InternalError(absl::StrCat(
+        "protocol error: chunk for rank ", meta.rank, " before its header"));
+  }
+  Part& part = call_->parts_[r];
+  if (absl::Status placed =
+          part.sequence->Accept(meta.tensor_index, meta.offset, meta.size);
+      !placed.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("rank ", r, "'s data: ", placed.message()));
+  }
+  dest_ = part.dest[meta.tensor_index] + meta.offset;
+  hasher_ = &part.hasher;
+  return absl::OkStatus();
+}
+
+void CollectiveCall::DownloadSink::Data(const uint8_t* data, size_t size) {
+  std::memcpy(dest_, data, size);
+  dest_ += size;
+  hasher_->Update(data, size);
+}
+
+absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
+  if (commit.contributions_size() != setup_.world_size) {
+    return absl::DataLossError(absl::StrCat(
+        "the commit lists ", commit.contributions_size(),
+        " contributions for world size ", setup_.world_size));
+  }
+  for (int r = 0; r < setup_.world_size; ++r) {
+    const v1::RankDigest& entry = commit.contributions(r);
+    Sha256Digest committed;
+    if (entry.rank() != static_cast<uint32_t>(r) ||
+        !DigestFromBytes(entry.sha256(), &committed)) {
+      return absl::DataLossError(
+          absl::StrCat("the commit's entry ", r, " is malformed"));
+    }
+    Sha256Digest received = own_digest_;
+    if (r != setup_.rank) {
+      Part& part = parts_[r];
+      if (!part.have_header) {
+        return absl::DataLossError(absl::StrCat(
+            "the commit arrived before rank ", r, "'s data"));
+      }
+      if (absl::Status complete = part.sequence->CheckComplete();
+          !complete.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("rank ", r, " (", entry.identity(),
+                         "): ", complete.message()));
+      }
+      received = part.hasher.Finish();
+    }
+    if (received != committed) {
+      return absl::DataLossError(absl::StrCat(
+          "rank ", r, " (", entry.identity(), "): the received bytes hash to ",
+          DigestToHex(received), " but the commit says ",
+          DigestToHex(committed)));
+    }
+  }
+  committed_ = true;
+  return absl::OkStatus();
+}
+
+void CollectiveCall::OnDone(const grpc::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!error_.ok()) {
+      final_status_ = error_;
+    } else if (!status.ok()) {
+      final_status_ = FromGrpcStatus(status);
+    } else if (!committed_) {
+      final_status_ = absl::DataLossError(
+          "the server ended the collective without a commit");
+    }
+  }
+  done_.Notify();
+}
+
+absl::Status CollectiveCall::Wait(absl::Duration timeout) {
+  if (!done_.WaitForNotificationWithTimeout(timeout)) {
+    Abort(absl::DeadlineExceededError(absl::StrCat(
+        "group '", setup_.group, "' seq ", setup_.seq,
+        ": no result within the client timeout of ",
+        absl::FormatDuration(timeout))));
+    done_.WaitForNotification();
+  }
+  return final_status_;
+}
+
+}  // namespace fedgather

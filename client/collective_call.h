@@ -1,0 +1,134 @@
+// CollectiveCall runs one collective on the client: it streams this rank's
+// header, chunks and end to the server while, concurrently, it receives the
+// other ranks' headers and chunks straight into the memory a ReceiveTarget
+// names, hashing them as they land, and finally checks the commit's digests.
+// Nothing counts as delivered before a commit whose digests all match.
+//
+// Threading: Start may be called from any thread; gRPC runs the reactions on
+// its callback threads; Wait blocks the caller. Inputs and target memory must
+// stay valid until Wait returns.
+#ifndef FEDGATHER_CLIENT_COLLECTIVE_CALL_H_
+#define FEDGATHER_CLIENT_COLLECTIVE_CALL_H_
+
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/client_callback.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/chunk_sequence.h"
+#include "common/fingerprint.h"
+#include "common/frame_codec.h"
+#include "common/sha256.h"
+#include "common/tensor_spec.h"
+#include "fedgather/v1/fedgather.pb.h"
+
+namespace fedgather {
+
+// ReceiveTarget says where each rank's tensors go. Place is called once per
+// (rank, tensor), this rank included, from a gRPC thread, when the rank's
+// header has arrived and before any of that tensor's bytes; it returns memory
+// of ByteSize(spec) bytes, or an error that fails the call.
+class ReceiveTarget {
+ public:
+  virtual ~ReceiveTarget() = default;
+  virtual absl::StatusOr<uint8_t*> Place(int rank, int tensor_index,
+                                         const TensorSpec& spec) = 0;
+};
+
+// What the caller of one collective knows about its round.
+struct CollectiveSetup {
+  std::string group;
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  v1::Op op = v1::ALL_GATHER;
+  int rank = 0;
+  int world_size = 1;
+  int64_t max_chunk_bytes = 1 << 20;
+};
+
+class CollectiveCall : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // `inputs` and `target` must outlive Wait.
+  CollectiveCall(CollectiveSetup setup, absl::Span<const ConstHostTensor> inputs,
+                 ReceiveTarget* target);
+
+  // Start validates the inputs, copies this rank's part into the target and
+  // starts the RPC. An error means nothing was sent.
+  absl::Status Start(grpc::GenericStub* stub);
+
+  // Wait blocks until the call is done, at most `timeout` (then it cancels
+  // the call and returns DEADLINE_EXCEEDED). Returns OK only when the commit
+  // arrived and every rank's bytes matched their digests.
+  absl::Status Wait(absl::Duration timeout);
+
+ private:
+  // Copies chunk payloads into the target and hashes them.
+  class DownloadSink : public ChunkSink {
+   public:
+    explicit DownloadSink(CollectiveCall* call) : call_(call) {}
+    absl::Status Begin(const ChunkMeta& meta) override;
+    void Data(const uint8_t* data, size_t size) override;
+
+   private:
+    CollectiveCall* call_;
+    uint8_t* dest_ = nullptr;
+    Sha256* hasher_ = nullptr;
+  };
+  struct Part {  // one remote rank's contribution as it arrives
+    bool have_header = false;
+    Fingerprint fingerprint;
+    std::optional<ChunkSequence> sequence;
+    std::vector<uint8_t*> dest;  // by tensor
+    Sha256 hasher;
+  };
+
+  void OnWriteDone(bool ok) override;
+  void OnReadDone(bool ok) override;
+  void OnDone(const grpc::Status& status) override;
+
+  void WriteNext();
+  absl::Status HandleFrame();
+  absl::Status HandleHeader(const v1::CollectiveHeader& header);
+  absl::Status HandleCommit(const v1::Commit& commit);
+  void Abort(const absl::Status& status);
+
+  const CollectiveSetup setup_;
+  const absl::Span<const ConstHostTensor> inputs_;
+  ReceiveTarget* const target_;
+  Fingerprint fingerprint_;
+  std::vector<int64_t> input_bytes_;
+  grpc::ClientContext context_;
+
+  // Write path (one write in flight).
+  grpc::ByteBuffer write_buffer_;
+  size_t write_tensor_ = 0;
+  int64_t write_offset_ = 0;
+  bool header_sent_ = false;
+  bool end_sent_ = false;
+  Sha256 own_hasher_;
+  Sha256Digest own_digest_{};
+
+  // Read path (one read in flight).
+  grpc::ByteBuffer read_buffer_;
+  std::vector<Part> parts_;  // by rank; this rank's entry is unused
+  bool committed_ = false;
+
+  absl::Mutex mu_;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);  // first client-side error
+  absl::Status final_status_;  // written before done_ is notified
+  absl::Notification done_;
+};
+
+}  // namespace fedgather
+
+#endif  // FEDGATHER_CLIENT_COLLECTIVE_CALL_H_

@@ -1,0 +1,185 @@
+#include "client/group.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "common/status_macros.h"
+
+namespace fedgather {
+namespace {
+
+// Places rank r's part of tensor i at r * bytes within outputs[i].
+class StackedTarget : public ReceiveTarget {
+ public:
+  StackedTarget(absl::Span<const MutableHostTensor> outputs,
+                std::vector<int64_t> part_bytes)
+      : outputs_(outputs), part_bytes_(std::move(part_bytes)) {}
+
+  absl::StatusOr<uint8_t*> Place(int rank, int index,
+                                 const TensorSpec& spec) override {
+    return static_cast<uint8_t*>(outputs_[index].data) +
+           rank * part_bytes_[index];
+  }
+
+ private:
+  absl::Span<const MutableHostTensor> outputs_;
+  std::vector<int64_t> part_bytes_;
+};
+
+// Places each part in memory from a caller's allocator.
+class AllocatedTarget : public ReceiveTarget {
+ public:
+  explicit AllocatedTarget(const Group::PartAllocator& allocate)
+      : allocate_(allocate) {}
+
+  absl::StatusOr<uint8_t*> Place(int rank, int index,
+                                 const TensorSpec& spec) override {
+    FG_ASSIGN_OR_RETURN(void* memory, allocate_(rank, index, spec));
+    return static_cast<uint8_t*>(memory);
+  }
+
+ private:
+  const Group::PartAllocator& allocate_;
+};
+
+}  // namespace
+
+Group::Group(std::shared_ptr<grpc::Channel> channel, std::string name)
+    : channel_(channel),
+      stub_(v1::Rendezvous::NewStub(channel)),
+      generic_stub_(channel),
+      name_(std::move(name)) {}
+
+Group::~Group() {
+  {
+    absl::MutexLock lock(&mu_);
+    leaving_ = true;
+  }
+  session_context_.TryCancel();
+  if (session_thread_.joinable()) session_thread_.join();
+}
+
+absl::Status Group::Join(const v1::JoinRequest& request,
+                         absl::Duration timeout) {
+  session_ = stub_->Session(&session_context_);
+  absl::Notification answered;
+  bool timed_out = false;
+  std::thread watchdog([&] {
+    if (!answered.WaitForNotificationWithTimeout(timeout)) {
+      timed_out = true;
+      session_context_.TryCancel();
+    }
+  });
+  v1::SessionRequest join;
+  *join.mutable_join() = request;
+  v1::SessionEvent event;
+  const bool got = session_->Write(join) && session_->Read(&event);
+  answered.Notify();
+  watchdog.join();
+  if (!got || event.kind_case() != v1::SessionEvent::kJoined) {
+    const grpc::Status status = session_->Finish();
+    if (timed_out) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the group did not form within the client timeout of ",
+          absl::FormatDuration(timeout)));
+    }
+    if (status.ok()) {
+      return absl::InternalError("protocol error: the session ended at once");
+    }
+    return FromGrpcStatus(status);
+  }
+  const v1::Joined& joined = event.joined();
+  rank_ = static_cast<int>(joined.rank());
+  world_size_ = static_cast<int>(joined.world_size());
+  epoch_ = joined.epoch();
+  max_chunk_bytes_ = joined.max_chunk_bytes();
+  heartbeat_interval_ = absl::Milliseconds(joined.heartbeat_interval_ms());
+  for (const v1::Member& member : joined.members()) {
+    identities_.push_back(member.identity());
+  }
+  heartbeat_thread_ = std::thread([this] {
+    v1::SessionRequest heartbeat;
+    heartbeat.mutable_heartbeat();
+    while (!stop_heartbeats_.WaitForNotificationWithTimeout(
+        heartbeat_interval_)) {
+      if (!session_->Write(heartbeat)) break;
+    }
+  });
+  session_thread_ = std::thread([this] { RunSession(); });
+  return absl::OkStatus();
+}
+
+void Group::RunSession() {
+  v1::SessionEvent event;
+  while (session_->Read(&event)) {
+  }
+  stop_heartbeats_.Notify();
+  heartbeat_thread_.join();
+  const grpc::Status status = session_->Finish();
+  absl::MutexLock lock(&mu_);
+  if (leaving_) {
+    session_status_ = absl::CancelledError("this member left the group");
+  } else if (status.ok()) {
+    session_status_ = absl::UnavailableError("the server closed the session");
+  } else {
+    session_status_ = FromGrpcStatus(status);
+  }
+}
+
+absl::Status Group::Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
+                        ReceiveTarget* target,
+                        const CollectiveOptions& options) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!session_status_.ok()) return session_status_;
+  }
+  CollectiveSetup setup;
+  setup.group = name_;
+  setup.epoch = epoch_;
+  setup.seq = next_seq_;
+  setup.op = op;
+  setup.rank = rank_;
+  setup.world_size = world_size_;
+  setup.max_chunk_bytes = max_chunk_bytes_;
+  CollectiveCall call(setup, inputs, target);
+  FG_RETURN_IF_ERROR(call.Start(&generic_stub_));
+  // The header is on its way: this seq is spent whatever the outcome.
+  ++next_seq_;
+  return call.Wait(options.timeout);
+}
+
+absl::Status Group::AllGatherInto(absl::Span<const ConstHostTensor> inputs,
+                                  absl::Span<const MutableHostTensor> outputs,
+                                  const CollectiveOptions& options) {
+  if (inputs.size() != outputs.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(inputs.size(), " inputs but ", outputs.size(), " outputs"));
+  }
+  std::vector<int64_t> part_bytes;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorSpec& in = inputs[i].spec;
+    TensorSpec expected = in;
+    expected.shape.insert(expected.shape.begin(), world_size_);
+    if (outputs[i].spec != expected) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "output ", i, " is ", SpecToString(outputs[i].spec), " but must be ",
+          SpecToString(expected)));
+    }
+    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(in));
+    if (bytes > 0 && outputs[i].data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", in.name, "' has no memory"));
+    }
+    part_bytes.push_back(bytes);
+  }
+  StackedTarget target(outputs, std::move(part_bytes));
+  return Run(v1::ALL_GATHER, inputs, &target, options);
+}
+
+absl::Status Group::AllGatherV(absl::Span<const ConstHostTensor> inputs,
+                               const PartAllocator& allocate,
+                               const CollectiveOptions& options) {
+  AllocatedTarget target(allocate);
+  return Run(v1::ALL_GATHER_V, inputs, &target, options);
+}
+
+}  // namespace fedgather

@@ -1,0 +1,138 @@
+// Group: this participant's membership of a formed group, and the
+// collectives it runs there. Made by Client::Join.
+//
+// The raw methods work on host buffers (ConstHostTensor / MutableHostTensor)
+// and link no LibTorch; the torch::Tensor methods are a thin adapter defined
+// in the fg_client_torch library. Every method blocks until the collective
+// completes on every rank or fails; the status is the same on every rank:
+//   INVALID_ARGUMENT    a dtype, shape or name differs between ranks, or bad
+//                       local input (then nothing is sent)
+//   FAILED_PRECONDITION ranks called different ops or seqs; the group ended
+//   UNAVAILABLE         a member disconnected (the message names it)
+//   DEADLINE_EXCEEDED   the round deadline passed (lists who is missing)
+//   DATA_LOSS           received bytes do not match the committed digests
+// Thread safety: collectives on one Group must be called from one thread at
+// a time; rank() and the other accessors are safe from any thread.
+#ifndef FEDGATHER_CLIENT_GROUP_H_
+#define FEDGATHER_CLIENT_GROUP_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/generic/generic_stub.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "client/collective_call.h"
+#include "common/tensor_spec.h"
+#include "fedgather/v1/fedgather.grpc.pb.h"
+
+namespace at {
+class Tensor;
+}  // namespace at
+
+namespace fedgather {
+
+struct CollectiveOptions {
+  // Client-side bound on one collective. The server's round deadline is the
+  // primary one; this only guards against a server that stops answering.
+  absl::Duration timeout = absl::Hours(1);
+};
+
+class Group {
+ public:
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  // Leaves the group: closes the session, which ends the epoch for the
+  // other members.
+  ~Group();
+
+  const std::string& name() const { return name_; }
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  uint64_t epoch() const { return epoch_; }
+  // identities()[r] is the certificate identity of rank r.
+  const std::vector<std::string>& identities() const { return identities_; }
+
+  // AllGatherInto gathers every rank's `inputs` into `outputs`, where
+  // outputs[i] has inputs[i]'s name and dtype and shape [world, *shape];
+  // rank r's part lands at offset r * ByteSize(inputs[i].spec). Received
+  // bytes are written straight into the outputs.
+  absl::Status AllGatherInto(absl::Span<const ConstHostTensor> inputs,
+                             absl::Span<const MutableHostTensor> outputs,
+                             const CollectiveOptions& options = {});
+
+  // PartAllocator returns memory for rank `rank`'s tensor `index` of `spec`;
+  // it is called from a gRPC thread, once per (rank, tensor).
+  using PartAllocator = std::function<absl::StatusOr<void*>(
+      int rank, int index, const TensorSpec& spec)>;
+
+  // AllGatherV gathers tensors whose first dimension may differ per rank;
+  // each part is written, exact-size, into memory from `allocate`.
+  absl::Status AllGatherV(absl::Span<const ConstHostTensor> inputs,
+                          const PartAllocator& allocate,
+                          const CollectiveOptions& options = {});
+
+  // torch adapter (fg_client_torch). Inputs must be contiguous CPU tensors.
+  // AllGather returns [world, *shape].
+  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& input,
+                                       const CollectiveOptions& options = {});
+  // AllGather over a name -> tensor map; returns name -> [world, *shape].
+  absl::StatusOr<std::map<std::string, at::Tensor>> AllGather(
+      const std::map<std::string, at::Tensor>& inputs,
+      const CollectiveOptions& options = {});
+  // AllGatherInto writes into a caller-allocated contiguous [world, *shape].
+  absl::Status AllGatherInto(const at::Tensor& input, at::Tensor& output,
+                             const CollectiveOptions& options = {});
+  // AllGatherV returns each rank's part at its own size, in rank order.
+  absl::StatusOr<std::vector<at::Tensor>> AllGatherV(
+      const at::Tensor& input, const CollectiveOptions& options = {});
+
+ private:
+  friend class Client;
+  Group(std::shared_ptr<grpc::Channel> channel, std::string name);
+
+  // Join writes the join request and blocks until the group forms.
+  absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout);
+  void RunSession();
+  absl::Status Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
+                   ReceiveTarget* target, const CollectiveOptions& options);
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Rendezvous::Stub> stub_;
+  grpc::GenericStub generic_stub_;
+  const std::string name_;
+  int rank_ = 0;
+  int world_size_ = 0;
+  uint64_t epoch_ = 0;
+  int64_t max_chunk_bytes_ = 0;
+  absl::Duration heartbeat_interval_;
+  std::vector<std::string> identities_;
+  uint64_t next_seq_ = 0;  // collectives are called from one thread
+
+  grpc::ClientContext session_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>>
+      session_;
+  std::thread session_thread_;  // reads until the session ends
+  std::thread heartbeat_thread_;
+  absl::Notification stop_heartbeats_;
+
+  absl::Mutex mu_;
+  absl::Status session_status_ ABSL_GUARDED_BY(mu_);  // set when it ends
+  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace fedgather
+
+#endif  // FEDGATHER_CLIENT_GROUP_H_

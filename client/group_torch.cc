@@ -1,0 +1,155 @@
+// The torch::Tensor adapter of Group: converts tensors to host buffer views,
+// allocates outputs with LibTorch and calls the raw collectives. This is the
+// only translation unit of the client library that includes LibTorch.
+#include <ATen/ATen.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/group.h"
+#include "common/status_macros.h"
+
+namespace fedgather {
+namespace {
+
+absl::StatusOr<DType> DTypeOf(const at::Tensor& tensor) {
+  switch (tensor.scalar_type()) {
+    case at::kFloat: return DType::kF32;
+    case at::kHalf: return DType::kF16;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kDouble: return DType::kF64;
+    case at::kLong: return DType::kI64;
+    case at::kInt: return DType::kI32;
+    case at::kShort: return DType::kI16;
+    case at::kChar: return DType::kI8;
+    case at::kByte: return DType::kU8;
+    case at::kBool: return DType::kBool;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unsupported tensor dtype ", c10::toString(tensor.scalar_type())));
+  }
+}
+
+at::ScalarType ScalarTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return at::kFloat;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kF64: return at::kDouble;
+    case DType::kI64: return at::kLong;
+    case DType::kI32: return at::kInt;
+    case DType::kI16: return at::kShort;
+    case DType::kI8: return at::kChar;
+    case DType::kU8: return at::kByte;
+    case DType::kBool: return at::kBool;
+  }
+  return at::kByte;
+}
+
+absl::StatusOr<TensorSpec> SpecOf(const std::string& name,
+                                  const at::Tensor& tensor) {
+  if (!tensor.defined()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' is undefined"));
+  }
+  if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "' must be a contiguous CPU tensor"));
+  }
+  TensorSpec spec;
+  spec.name = name;
+  FG_ASSIGN_OR_RETURN(spec.dtype, DTypeOf(tensor));
+  spec.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
+  return spec;
+}
+
+absl::StatusOr<ConstHostTensor> ViewOf(const std::string& name,
+                                       const at::Tensor& tensor) {
+  FG_ASSIGN_OR_RETURN(TensorSpec spec, SpecOf(name, tensor));
+  return ConstHostTensor{std::move(spec), tensor.data_ptr()};
+}
+
+std::vector<int64_t> Stacked(int64_t world, at::IntArrayRef shape) {
+  std::vector<int64_t> out{world};
+  out.insert(out.end(), shape.begin(), shape.end());
+  return out;
+}
+
+// The name a single, unnamed tensor travels under.
+constexpr char kSingleTensorName[] = "tensor";
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllGather(
+    const std::map<std::string, at::Tensor>& inputs,
+    const CollectiveOptions& options) {
+  try {
+    std::vector<ConstHostTensor> views;
+    std::vector<MutableHostTensor> outs;
+    std::map<std::string, at::Tensor> result;
+    for (const auto& [name, tensor] : inputs) {
+      FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(name, tensor));
+      at::Tensor out = at::empty(Stacked(world_size(), tensor.sizes()),
+                                 tensor.options());
+      MutableHostTensor out_view;
+      out_view.spec = view.spec;
+      out_view.spec.shape.insert(out_view.spec.shape.begin(), world_size());
+      out_view.data = out.data_ptr();
+      views.push_back(std::move(view));
+      outs.push_back(std::move(out_view));
+      result.emplace(name, std::move(out));
+    }
+    FG_RETURN_IF_ERROR(AllGatherInto(views, outs, options));
+    return result;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<at::Tensor> Group::AllGather(const at::Tensor& input,
+                                            const CollectiveOptions& options) {
+  FG_ASSIGN_OR_RETURN(auto gathered,
+                      AllGather({{kSingleTensorName, input}}, options));
+  return gathered.begin()->second;
+}
+
+absl::Status Group::AllGatherInto(const at::Tensor& input, at::Tensor& output,
+                                  const CollectiveOptions& options) {
+  try {
+    FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(kSingleTensorName, input));
+    FG_ASSIGN_OR_RETURN(TensorSpec out_spec, SpecOf(kSingleTensorName, output));
+    const MutableHostTensor out_view{std::move(out_spec), output.data_ptr()};
+    return AllGatherInto(absl::MakeConstSpan(&view, 1),
+                         absl::MakeConstSpan(&out_view, 1), options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<std::vector<at::Tensor>> Group::AllGatherV(
+    const at::Tensor& input, const CollectiveOptions& options) {
+  try {
+    FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(kSingleTensorName, input));
+    std::vector<at::Tensor> parts(world_size());
+    const at::TensorOptions tensor_options = input.options();
+    const PartAllocator allocate =
+        [&](int rank, int index, const TensorSpec& spec) -> absl::StatusOr<void*> {
+      try {
+        parts[rank] = at::empty(spec.shape, tensor_options.dtype(ScalarTypeOf(spec.dtype)));
+        return parts[rank].data_ptr();
+      } catch (const c10::Error& e) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cannot allocate rank ", rank, "'s part: ",
+                         e.what_without_backtrace()));
+      }
+    };
+    FG_RETURN_IF_ERROR(AllGatherV(absl::MakeConstSpan(&view, 1), allocate, options));
+    return parts;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace fedgather

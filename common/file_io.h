@@ -1,0 +1,28 @@
+// Whole-file reads and writes with errors that name the path.
+#ifndef FEDGATHER_COMMON_FILE_IO_H_
+#define FEDGATHER_COMMON_FILE_IO_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace fedgather {
+
+// ReadFileToString returns the contents of `path`. The status code follows
+// errno (NOT_FOUND, PERMISSION_DENIED, ...) and the message names the path.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+// WriteStringToFile replaces `path` with `contents`, creating it with `mode`
+// (and forcing that mode on an existing file). Writes to a temporary file in
+// the same directory, then renames, so readers never see a partial file.
+absl::Status WriteStringToFile(const std::string& path,
+                               absl::string_view contents, int mode = 0644);
+
+// ErrnoToStatus maps an errno value to a status naming `what`.
+absl::Status ErrnoToStatus(int error_number, absl::string_view what);
+
+}  // namespace fedgather
+
+#endif  // FEDGATHER_COMMON_FILE_IO_H_

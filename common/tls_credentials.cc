@@ -1,0 +1,43 @@
+#include "common/tls_credentials.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+
+namespace fedgather {
+
+absl::StatusOr<TlsFiles> ReadTlsFiles(const std::string& cert_path,
+                                      const std::string& key_path,
+                                      const std::string& ca_path) {
+  TlsFiles files;
+  FG_ASSIGN_OR_RETURN(files.cert_pem, ReadFileToString(cert_path));
+  FG_ASSIGN_OR_RETURN(files.key_pem, ReadFileToString(key_path));
+  FG_ASSIGN_OR_RETURN(files.ca_pem, ReadFileToString(ca_path));
+  return files;
+}
+
+absl::StatusOr<TlsFiles> ReadTlsDir(const std::string& dir) {
+  return ReadTlsFiles(absl::StrCat(dir, "/cert.pem"),
+                      absl::StrCat(dir, "/key.pem"),
+                      absl::StrCat(dir, "/ca.pem"));
+}
+
+std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
+    const TlsFiles& files) {
+  grpc::SslServerCredentialsOptions options(
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  options.pem_root_certs = files.ca_pem;
+  options.pem_key_cert_pairs.push_back({files.key_pem, files.cert_pem});
+  return grpc::SslServerCredentials(options);
+}
+
+std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
+    const TlsFiles& files) {
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = files.ca_pem;
+  options.pem_private_key = files.key_pem;
+  options.pem_cert_chain = files.cert_pem;
+  return grpc::SslCredentials(options);
+}
+
+}  // namespace fedgather

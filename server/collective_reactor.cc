@@ -1,0 +1,258 @@
+#include "server/collective_reactor.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+
+namespace fedgather::server {
+
+CollectiveReactor* CollectiveReactor::Start(
+    GroupRegistry* registry, absl::StatusOr<std::string> identity,
+    int64_t max_chunk_bytes, std::function<absl::Time()> clock) {
+  std::shared_ptr<CollectiveReactor> reactor(
+      new CollectiveReactor(registry, identity.ok() ? *identity : "",
+                            max_chunk_bytes, std::move(clock)));
+  reactor->self_ = reactor;
+  if (!identity.ok()) {
+    reactor->FinishWithoutRound(identity.status());
+  } else {
+    reactor->StartRead(&reactor->read_buffer_);
+  }
+  return reactor.get();
+}
+
+CollectiveReactor::CollectiveReactor(GroupRegistry* registry,
+                                     std::string identity,
+                                     int64_t max_chunk_bytes,
+                                     std::function<absl::Time()> clock)
+    : registry_(registry),
+      identity_(std::move(identity)),
+      max_chunk_bytes_(max_chunk_bytes),
+      clock_(std::move(clock)) {}
+
+std::shared_ptr<Round> CollectiveReactor::round() {
+  absl::MutexLock lock(&mu_);
+  return round_;
+}
+
+absl::Status CollectiveReactor::UploadSink::Begin(const ChunkMeta& meta) {
+  if (meta.rank != static_cast<uint32_t>(reactor_->rank_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a chunk names rank ", meta.rank, " but the stream is rank ",
+                     reactor_->rank_));
+  }
+  size_ = meta.size;
+  return reactor_->sequence_->Accept(meta.tensor_index, meta.offset, meta.size);
+}
+
+void CollectiveReactor::UploadSink::Data(const uint8_t* data, size_t size) {
+  reactor_->hasher_.Update(data, size);
+}
+
+void CollectiveReactor::OnReadDone(bool ok) {
+  PendingCallbacks callbacks;
+  if (!ok) {
+    if (phase_ == Phase::kEnded) return;  // the client half-closed after End
+    if (std::shared_ptr<Round> r = round()) {
+      r->StreamLost(rank_, "closed its collective stream", &callbacks);
+    } else {
+      FinishWithoutRound(absl::CancelledError(
+          "the collective stream closed before its header"));
+    }
+    return;
+  }
+  v1::CollectiveFrame frame;
+  UploadSink sink(this);
+  absl::StatusOr<v1::CollectiveFrame::KindCase> kind = DecodeFrame(
+      read_buffer_, &frame, phase_ == Phase::kChunks ? &sink : nullptr);
+  absl::StatusOr<bool> read_more =
+      kind.ok() ? HandleFrame(*kind, frame, sink.size(), &callbacks)
+                : absl::StatusOr<bool>(kind.status());
+  if (!read_more.ok()) {
+    RejectUpload(read_more.status(), &callbacks);
+  } else if (*read_more) {
+    StartRead(&read_buffer_);
+  }
+}
+
+absl::StatusOr<bool> CollectiveReactor::HandleFrame(
+    v1::CollectiveFrame::KindCase kind, const v1::CollectiveFrame& frame,
+    uint64_t chunk_size, PendingCallbacks* callbacks) {
+  switch (phase_) {
+    case Phase::kHeader:
+      if (kind != v1::CollectiveFrame::kHeader) {
+        return absl::InvalidArgumentError(
+            "the first frame of a collective must be its header");
+      }
+      return HandleHeader(frame.header(), callbacks);
+    case Phase::kChunks:
+      if (kind == v1::CollectiveFrame::kChunk) {
+        return round()->OfferChunk(rank_, read_buffer_,
+                                   static_cast<int64_t>(chunk_size), callbacks);
+      }
+      if (kind == v1::CollectiveFrame::kEnd) {
+        if (absl::Status complete = sequence_->CheckComplete(); !complete.ok()) {
+          return complete;
+        }
+        Sha256Digest claimed;
+        const Sha256Digest actual = hasher_.Finish();
+        if (!DigestFromBytes(frame.end().sha256(), &claimed)) {
+          return absl::InvalidArgumentError(
+              "ContributionEnd.sha256 must hold 32 bytes");
+        }
+        if (claimed != actual) {
+          return absl::DataLossError(absl::StrCat(
+              "the contribution's declared SHA-256 ", DigestToHex(claimed),
+              " does not match its bytes, which hash to ", DigestToHex(actual)));
+        }
+        phase_ = Phase::kEnded;
+        round()->EndContribution(rank_, actual, callbacks);
+        return true;  // to see the client's half-close
+      }
+      return absl::InvalidArgumentError(
+          "only chunks and the end may follow the header");
+    case Phase::kEnded:
+      return absl::InvalidArgumentError("a frame arrived after the end");
+  }
+  return absl::InternalError("unreachable phase");
+}
+
+absl::StatusOr<bool> CollectiveReactor::HandleHeader(
+    const v1::CollectiveHeader& header, PendingCallbacks* callbacks) {
+  absl::StatusOr<GroupState*> group = registry_->Find(header.group(), identity_);
+  if (!group.ok()) return group.status();
+  absl::StatusOr<Fingerprint> fingerprint = FingerprintFromProto(
+      header.tensors(),
+      absl::StrCat("group '", header.group(), "' seq ", header.seq(), " rank ",
+                   header.rank(), " header"));
+  if (!fingerprint.ok()) return fingerprint.status();
+  if (header.op() != v1::ALL_GATHER && header.op() != v1::ALL_GATHER_V) {
+    return absl::UnimplementedError(absl::StrCat(
+        "op ", OpName(header.op()), " is not supported by this server"));
+  }
+  absl::StatusOr<std::shared_ptr<Round>> found =
+      (*group)->FindRound(identity_, header, clock_(), callbacks);
+  if (!found.ok()) return found.status();
+  fingerprint_ = *std::move(fingerprint);
+  sequence_.emplace(fingerprint_, max_chunk_bytes_);
+  rank_ = static_cast<int>(header.rank());
+  {
+    absl::MutexLock lock(&mu_);
+    round_ = *found;
+  }
+  absl::Status attached =
+      (*found)->Attach(rank_, header.op(), fingerprint_, read_buffer_,
+                       weak_from_this(), callbacks);
+  if (!attached.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      round_ = nullptr;
+    }
+    return attached;
+  }
+  phase_ = Phase::kChunks;
+  return true;
+}
+
+void CollectiveReactor::RejectUpload(const absl::Status& status,
+                                     PendingCallbacks* callbacks) {
+  std::shared_ptr<Round> r = round();
+  if (r == nullptr) {
+    FinishWithoutRound(status);
+    return;
+  }
+  r->Fail(absl::Status(status.code(),
+                       absl::StrCat(r->Describe(), ": rank ", rank_, " (",
+                                    identity_, "): ", status.message())),
+          callbacks);
+}
+
+void CollectiveReactor::FinishWithoutRound(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+  }
+  Finish(ToGrpcStatus(status));
+}
+
+void CollectiveReactor::WakeWriter() {
+  Outgoing out;
+  {
+    absl::MutexLock lock(&mu_);
+    if (write_in_flight_ || finished_ || round_ == nullptr) return;
+    out = round_->NextOutgoing(rank_);
+    switch (out.kind) {
+      case Outgoing::Kind::kNothing:
+        return;
+      case Outgoing::Kind::kFrame:
+        write_in_flight_ = true;
+        write_buffer_ = std::move(out.frame);
+        break;
+      case Outgoing::Kind::kCommitAndFinish:
+        finished_ = true;
+        write_buffer_ = std::move(out.frame);
+        break;
+      case Outgoing::Kind::kFinish:
+        finished_ = true;
+        break;
+    }
+  }
+  // write_buffer_ is stable: nothing else writes it until this write is done.
+  switch (out.kind) {
+    case Outgoing::Kind::kFrame:
+      StartWrite(&write_buffer_);
+      break;
+    case Outgoing::Kind::kCommitAndFinish:
+      StartWriteAndFinish(&write_buffer_, grpc::WriteOptions(),
+                          grpc::Status::OK);
+      break;
+    case Outgoing::Kind::kFinish:
+      Finish(ToGrpcStatus(out.status));
+      break;
+    case Outgoing::Kind::kNothing:
+      break;
+  }
+}
+
+void CollectiveReactor::OnWriteDone(bool ok) {
+  std::shared_ptr<Round> r;
+  {
+    absl::MutexLock lock(&mu_);
+    write_in_flight_ = false;
+    r = round_;
+  }
+  {
+    PendingCallbacks callbacks;
+    r->WriteDone(rank_, ok, &callbacks);
+  }
+  WakeWriter();
+}
+
+void CollectiveReactor::ResumeReading() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+  }
+  StartRead(&read_buffer_);
+}
+
+void CollectiveReactor::OnCancel() {
+  PendingCallbacks callbacks;
+  if (std::shared_ptr<Round> r = round()) {
+    r->StreamLost(rank_, "cancelled its collective stream", &callbacks);
+  } else {
+    FinishWithoutRound(absl::CancelledError("the collective was cancelled"));
+  }
+}
+
+void CollectiveReactor::OnDone() {
+  {
+    absl::MutexLock lock(&mu_);
+    round_ = nullptr;
+  }
+  std::shared_ptr<CollectiveReactor> last = std::move(self_);
+}
+
+}  // namespace fedgather::server

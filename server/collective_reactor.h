@@ -1,0 +1,109 @@
+// CollectiveReactor: the server side of one member's Collective stream for
+// one round, on raw byte buffers. Its read path validates the header, attaches
+// to the round, checks every chunk's place (ChunkSequence), hashes the bytes
+// and hands each frame to the round's log unchanged; its write path pulls the
+// other ranks' frames and the commit from the round (Round::NextOutgoing).
+//
+// Threading: gRPC runs reactions on its callback threads; the round calls
+// WakeWriter and ResumeReading from any thread, never under its lock. At most
+// one read and one write are in flight. mu_ guards the write state; the read
+// state is touched only from the read path. Lock order: mu_, then the round's.
+#ifndef FEDGATHER_SERVER_COLLECTIVE_REACTOR_H_
+#define FEDGATHER_SERVER_COLLECTIVE_REACTOR_H_
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/server_callback.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/chunk_sequence.h"
+#include "common/fingerprint.h"
+#include "common/frame_codec.h"
+#include "common/sha256.h"
+#include "server/group_registry.h"
+#include "server/round.h"
+
+namespace fedgather::server {
+
+class CollectiveReactor
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
+      public RoundStream,
+      public std::enable_shared_from_this<CollectiveReactor> {
+ public:
+  // Start creates a reactor that keeps itself alive until OnDone. When
+  // `identity` is an error the stream is finished with it at once.
+  static CollectiveReactor* Start(GroupRegistry* registry,
+                                  absl::StatusOr<std::string> identity,
+                                  int64_t max_chunk_bytes,
+                                  std::function<absl::Time()> clock);
+
+  void WakeWriter() override;
+  void ResumeReading() override;
+
+ private:
+  // Validates each chunk's place and hashes its bytes as they are decoded.
+  class UploadSink : public ChunkSink {
+   public:
+    explicit UploadSink(CollectiveReactor* reactor) : reactor_(reactor) {}
+    absl::Status Begin(const ChunkMeta& meta) override;
+    void Data(const uint8_t* data, size_t size) override;
+    uint64_t size() const { return size_; }
+
+   private:
+    CollectiveReactor* reactor_;
+    uint64_t size_ = 0;
+  };
+
+  CollectiveReactor(GroupRegistry* registry, std::string identity,
+                    int64_t max_chunk_bytes, std::function<absl::Time()> clock);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  // Each returns true when the next frame should be read.
+  absl::StatusOr<bool> HandleHeader(const v1::CollectiveHeader& header,
+                                    PendingCallbacks* callbacks);
+  absl::StatusOr<bool> HandleFrame(v1::CollectiveFrame::KindCase kind,
+                                   const v1::CollectiveFrame& frame,
+                                   uint64_t chunk_size,
+                                   PendingCallbacks* callbacks);
+  // RejectUpload fails the round (or, before one, this stream) with a status
+  // naming this rank.
+  void RejectUpload(const absl::Status& status, PendingCallbacks* callbacks);
+  void FinishWithoutRound(const absl::Status& status);
+  std::shared_ptr<Round> round();
+
+  GroupRegistry* const registry_;
+  const std::string identity_;
+  const int64_t max_chunk_bytes_;
+  const std::function<absl::Time()> clock_;
+  std::shared_ptr<CollectiveReactor> self_;  // released in OnDone
+
+  // Read path only.
+  enum class Phase { kHeader, kChunks, kEnded };
+  Phase phase_ = Phase::kHeader;
+  grpc::ByteBuffer read_buffer_;
+  Fingerprint fingerprint_;
+  std::optional<ChunkSequence> sequence_;
+  Sha256 hasher_;
+  int rank_ = -1;  // set before the round can call back; then constant
+
+  absl::Mutex mu_;
+  std::shared_ptr<Round> round_ ABSL_GUARDED_BY(mu_);
+  grpc::ByteBuffer write_buffer_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace fedgather::server
+
+#endif  // FEDGATHER_SERVER_COLLECTIVE_REACTOR_H_

@@ -1,0 +1,310 @@
+#include "server/group_state.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace fedgather::server {
+namespace {
+
+constexpr size_t kKeptOutcomes = 1024;
+
+}  // namespace
+
+GroupState::GroupState(GroupConfig config, const GroupLimits& limits)
+    : config_(std::move(config)), limits_(limits) {}
+
+std::string GroupState::Describe() const {
+  return absl::StrCat("group '", config_.name, "' epoch ", epoch_);
+}
+
+void GroupState::Emit(EventKind kind, int rank, const std::string& identity,
+                      const absl::Status& status,
+                      PendingCallbacks* callbacks) const {
+  if (limits_.events == nullptr) return;
+  ServerEvent event;
+  event.kind = kind;
+  event.group = config_.name;
+  event.epoch = epoch_;
+  event.rank = rank;
+  event.identity = identity;
+  event.status = status;
+  EventSink* sink = limits_.events;
+  callbacks->Add([sink, event = std::move(event)] { sink->OnEvent(event); });
+}
+
+absl::Status GroupState::Join(const std::string& identity,
+                              const v1::JoinRequest& request,
+                              std::shared_ptr<SessionStream> session,
+                              absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  const std::string group = absl::StrCat("group '", config_.name, "'");
+  if (std::find(config_.members.begin(), config_.members.end(), identity) ==
+      config_.members.end()) {
+    return NotAMemberError(identity, config_.name);
+  }
+  if (static_cast<int>(request.world_size()) != config_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(group, " has world size ", config_.world_size,
+                     "; the join asked for ", request.world_size()));
+  }
+  int requested = -1;
+  if (request.has_requested_rank()) {
+    if (request.requested_rank() >= static_cast<uint32_t>(config_.world_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", request.requested_rank(), " is out of range for ", group,
+          " of world size ", config_.world_size));
+    }
+    requested = static_cast<int>(request.requested_rank());
+  }
+  if (formed_) {
+    const auto member =
+        std::find_if(members_.begin(), members_.end(),
+                     [&](const Member& m) { return m.identity == identity; });
+    if (member == members_.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Describe(), " is formed with all ", config_.world_size,
+          " members; join again after it ends"));
+    }
+    EndEpochLocked(
+        absl::UnavailableError(absl::StrCat(
+            Describe(), ": rank ", member - members_.begin(), " (", identity,
+            ") joined again, so the epoch ended; join again")),
+        nullptr, callbacks);
+  }
+  for (const Waiting& w : waiting_) {
+    if (w.identity == identity) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "identity '", identity, "' is already waiting to join ", group));
+    }
+    if (requested >= 0 && w.requested_rank == requested) {
+      return absl::AlreadyExistsError(absl::StrCat("rank ", requested, " of ",
+                                                   group, " is already taken by '",
+                                                   w.identity, "'"));
+    }
+  }
+  waiting_.push_back(
+      Waiting{identity, requested, session, session.get(), now});
+  Emit(EventKind::kMemberJoined, requested, identity, absl::OkStatus(),
+       callbacks);
+  if (static_cast<int>(waiting_.size()) == config_.world_size) {
+    FormLocked(now, callbacks);
+  }
+  return absl::OkStatus();
+}
+
+void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
+  const int world = config_.world_size;
+  std::vector<const Waiting*> by_rank(world, nullptr);
+  std::vector<const Waiting*> unranked;
+  for (const Waiting& w : waiting_) {
+    if (w.requested_rank >= 0) {
+      by_rank[w.requested_rank] = &w;
+    } else {
+      unranked.push_back(&w);
+    }
+  }
+  std::sort(unranked.begin(), unranked.end(),
+            [](const Waiting* a, const Waiting* b) {
+              return a->identity < b->identity;
+            });
+  auto next = unranked.begin();
+  for (const Waiting*& slot : by_rank) {
+    if (slot == nullptr) slot = *next++;
+  }
+  ++epoch_;
+  formed_ = true;
+  ended_status_ = absl::OkStatus();
+  members_.clear();
+  rounds_.clear();
+  outcomes_.clear();
+  for (const Waiting* w : by_rank) {
+    members_.push_back(Member{w->identity, w->session, w->session_key, now, 0});
+  }
+  waiting_.clear();
+
+  v1::Joined joined;
+  joined.set_group(config_.name);
+  joined.set_epoch(epoch_);
+  joined.set_world_size(world);
+  joined.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(limits_.heartbeat_interval));
+  joined.set_heartbeat_timeout_ms(
+      absl::ToInt64Milliseconds(limits_.heartbeat_timeout));
+  joined.set_max_chunk_bytes(static_cast<uint32_t>(limits_.max_chunk_bytes));
+  for (int r = 0; r < world; ++r) {
+    v1::Member* member = joined.add_members();
+    member->set_rank(r);
+    member->set_identity(members_[r].identity);
+  }
+  for (int r = 0; r < world; ++r) {
+    joined.set_rank(r);
+    std::weak_ptr<SessionStream> weak = members_[r].session;
+    callbacks->Add([weak, joined] {
+      if (auto session = weak.lock()) session->SendJoined(joined);
+    });
+  }
+  Emit(EventKind::kGroupFormed, -1, "", absl::OkStatus(), callbacks);
+}
+
+void GroupState::EndEpochLocked(const absl::Status& status,
+                                const SessionStream* except,
+                                PendingCallbacks* callbacks) {
+  if (!formed_) return;
+  formed_ = false;
+  ended_status_ = status;
+  for (auto& [seq, round] : rounds_) round->Fail(status, callbacks);
+  rounds_.clear();
+  outcomes_.clear();
+  for (const Member& member : members_) {
+    if (member.session_key == except) continue;
+    std::weak_ptr<SessionStream> weak = member.session;
+    callbacks->Add([weak, status] {
+      if (auto session = weak.lock()) session->Close(status);
+    });
+  }
+  members_.clear();
+  Emit(EventKind::kGroupDissolved, -1, "", status, callbacks);
+}
+
+void GroupState::Heartbeat(const SessionStream* session, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (Member& member : members_) {
+    if (member.session_key == session) member.last_heartbeat = now;
+  }
+}
+
+void GroupState::SessionLost(const SessionStream* session,
+                             absl::string_view why,
+                             PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
+                                [&](const Waiting& w) {
+                                  return w.session_key == session;
+                                }),
+                 waiting_.end());
+  for (size_t r = 0; r < members_.size(); ++r) {
+    if (members_[r].session_key != session) continue;
+    EndEpochLocked(absl::UnavailableError(absl::StrCat(
+                       Describe(), ": rank ", r, " (", members_[r].identity,
+                       ") disconnected: ", why)),
+                   session, callbacks);
+    return;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
+    const std::string& identity, const v1::CollectiveHeader& header,
+    absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!formed_ || header.epoch() != epoch_) {
+    if (!formed_ && header.epoch() == epoch_ && !ended_status_.ok()) {
+      return ended_status_;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", config_.name, "' is ",
+        formed_ ? absl::StrCat("at epoch ", epoch_) : "not formed",
+        "; the collective named epoch ", header.epoch(), "; join again"));
+  }
+  const int world = config_.world_size;
+  if (header.rank() >= static_cast<uint32_t>(world)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(), ": rank ", header.rank(), " is out of range for world size ",
+        world));
+  }
+  Member& member = members_[header.rank()];
+  if (member.identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        Describe(), ": identity '", identity, "' may not act as rank ",
+        header.rank(), ", which is bound to another identity"));
+  }
+  if (header.seq() != member.next_seq) {
+    const absl::Status out_of_order = absl::FailedPreconditionError(
+        absl::StrCat(Describe(), ": rank ", header.rank(), " (", identity,
+                     ") sent seq ", header.seq(),
+                     " but its next collective is seq ", member.next_seq,
+                     "; the ranks are calling collectives in a different "
+                     "order, so the epoch ended; join again"));
+    EndEpochLocked(out_of_order, nullptr, callbacks);
+    return out_of_order;
+  }
+  ++member.next_seq;
+  const uint64_t seq = header.seq();
+  if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
+  if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
+    if (!it->second.ok()) return it->second;
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), " seq ", seq, " has already completed"));
+  }
+  RoundOptions options;
+  options.group = config_.name;
+  options.epoch = epoch_;
+  options.seq = seq;
+  for (const Member& m : members_) options.identities.push_back(m.identity);
+  options.max_buffered_bytes = limits_.max_buffered_bytes_per_round;
+  options.deadline = now + limits_.round_timeout;
+  options.timeout = limits_.round_timeout;
+  options.events = limits_.events;
+  const uint64_t epoch = epoch_;
+  options.on_finished = [this, epoch](uint64_t seq,
+                                      const absl::Status& outcome) {
+    RoundFinished(epoch, seq, outcome);
+  };
+  auto round = std::make_shared<Round>(std::move(options));
+  rounds_[seq] = round;
+  return round;
+}
+
+void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
+                               const absl::Status& outcome) {
+  absl::MutexLock lock(&mu_);
+  if (!formed_ || epoch != epoch_) return;
+  rounds_.erase(seq);
+  outcomes_[seq] = outcome;
+  while (outcomes_.size() > kKeptOutcomes) outcomes_.erase(outcomes_.begin());
+}
+
+void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (now - it->since < limits_.join_timeout) {
+      ++it;
+      continue;
+    }
+    std::set<std::string> joined;
+    for (const Waiting& w : waiting_) joined.insert(w.identity);
+    std::vector<std::string> missing;
+    for (const std::string& id : config_.members) {
+      if (joined.count(id) == 0) missing.push_back(id);
+    }
+    const absl::Status timeout = absl::DeadlineExceededError(absl::StrCat(
+        "group '", config_.name, "' did not form within ",
+        absl::FormatDuration(limits_.join_timeout), ": ", waiting_.size(),
+        " of ", config_.world_size, " members joined (",
+        absl::StrJoin(joined, ", "), "); not joined: ",
+        absl::StrJoin(missing, ", ")));
+    std::weak_ptr<SessionStream> weak = it->session;
+    callbacks->Add([weak, timeout] {
+      if (auto session = weak.lock()) session->Close(timeout);
+    });
+    it = waiting_.erase(it);
+  }
+  if (!formed_) return;
+  for (size_t r = 0; r < members_.size(); ++r) {
+    const absl::Duration silent = now - members_[r].last_heartbeat;
+    if (silent <= limits_.heartbeat_timeout) continue;
+    EndEpochLocked(absl::UnavailableError(absl::StrCat(
+                       Describe(), ": rank ", r, " (", members_[r].identity,
+                       ") sent no heartbeat for ", absl::FormatDuration(silent),
+                       " (timeout ",
+                       absl::FormatDuration(limits_.heartbeat_timeout), ")")),
+                   nullptr, callbacks);
+    return;
+  }
+  for (auto& [seq, round] : rounds_) round->CheckDeadline(now, callbacks);
+}
+
+}  // namespace fedgather::server

@@ -1,0 +1,141 @@
+// GroupState: one group's membership and its rounds. Members join through
+// their session streams; when world_size of them have joined the group forms
+// a new membership epoch with ranks assigned (requested ranks first, the rest
+// by sorted identity). A member whose session closes or misses heartbeats
+// ends the epoch: every round in flight fails with UNAVAILABLE naming it, the
+// other sessions are closed with the same status, and members join again.
+//
+// Thread safety: thread-safe. Each method takes the group mutex briefly and
+// may call into the group's rounds (lock order: group, then round). Stream
+// callbacks go through PendingCallbacks and run after the locks are released.
+#ifndef FEDGATHER_SERVER_GROUP_STATE_H_
+#define FEDGATHER_SERVER_GROUP_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "fedgather/v1/fedgather.pb.h"
+#include "server/event_sink.h"
+#include "server/group_config.h"
+#include "server/pending_callbacks.h"
+#include "server/round.h"
+
+namespace fedgather::server {
+
+// The server end of one member's session stream, as its group sees it.
+class SessionStream {
+ public:
+  virtual ~SessionStream() = default;
+  // SendJoined delivers the formed group's view to this member.
+  virtual void SendJoined(const v1::Joined& joined) = 0;
+  // Close finishes the session with `status`.
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+// Timeouts and limits that apply to every group of a server.
+struct GroupLimits {
+  absl::Duration join_timeout = absl::Minutes(5);
+  absl::Duration round_timeout = absl::Minutes(5);
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  int64_t max_buffered_bytes_per_round = int64_t{256} << 20;
+  int64_t max_chunk_bytes = int64_t{1} << 20;
+  EventSink* events = nullptr;  // may be null; must outlive the group
+};
+
+class GroupState {
+ public:
+  GroupState(GroupConfig config, const GroupLimits& limits);
+  GroupState(const GroupState&) = delete;
+  GroupState& operator=(const GroupState&) = delete;
+
+  const GroupConfig& config() const { return config_; }
+
+  // Join adds `identity`'s session to the members waiting for the group to
+  // form; when it is the last one, every waiting session gets SendJoined.
+  // Errors (the session should be finished with them):
+  //   PERMISSION_DENIED   the identity is not a member of the group
+  //   INVALID_ARGUMENT    world size differs from the group's, rank out of range
+  //   ALREADY_EXISTS      the identity is already waiting, or the rank is taken
+  //   FAILED_PRECONDITION the group is formed and full
+  // A current member that joins again ends the epoch first (it restarted).
+  absl::Status Join(const std::string& identity, const v1::JoinRequest& request,
+                    std::shared_ptr<SessionStream> session, absl::Time now,
+                    PendingCallbacks* callbacks);
+
+  // Heartbeat records that `session` is alive.
+  void Heartbeat(const SessionStream* session, absl::Time now);
+
+  // SessionLost reports that `session` ended; for a member of the current
+  // epoch that ends the epoch. No effect for an unknown session.
+  void SessionLost(const SessionStream* session, absl::string_view why,
+                   PendingCallbacks* callbacks);
+
+  // FindRound returns the round `header` names, creating it for a new seq,
+  // and the caller's rank. Checks that the epoch is current, that `identity`
+  // holds header.rank, and that the rank sends its seqs in order; a rank out
+  // of order ends the epoch with FAILED_PRECONDITION. A header for a round
+  // that already failed gets that round's status.
+  absl::StatusOr<std::shared_ptr<Round>> FindRound(
+      const std::string& identity, const v1::CollectiveHeader& header,
+      absl::Time now, PendingCallbacks* callbacks);
+
+  // CheckTimers enforces join timeouts, heartbeat timeouts and round
+  // deadlines as of `now`.
+  void CheckTimers(absl::Time now, PendingCallbacks* callbacks);
+
+ private:
+  struct Waiting {
+    std::string identity;
+    int requested_rank = -1;
+    std::weak_ptr<SessionStream> session;
+    const SessionStream* session_key = nullptr;
+    absl::Time since;
+  };
+  struct Member {
+    std::string identity;
+    std::weak_ptr<SessionStream> session;
+    const SessionStream* session_key = nullptr;
+    absl::Time last_heartbeat;
+    uint64_t next_seq = 0;
+  };
+
+  std::string Describe() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FormLocked(absl::Time now, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EndEpochLocked fails every round and closes every session but `except`.
+  void EndEpochLocked(const absl::Status& status, const SessionStream* except,
+                      PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RoundFinished(uint64_t epoch, uint64_t seq, const absl::Status& outcome);
+  void Emit(EventKind kind, int rank, const std::string& identity,
+            const absl::Status& status, PendingCallbacks* callbacks) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const GroupConfig config_;
+  const GroupLimits limits_;
+
+  mutable absl::Mutex mu_;
+  std::vector<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
+  bool formed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // by rank
+  std::map<uint64_t, std::shared_ptr<Round>> rounds_ ABSL_GUARDED_BY(mu_);
+  // Outcomes of this epoch's finished rounds, so late ranks get the same
+  // answer; the oldest are dropped past kKeptOutcomes.
+  std::map<uint64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  // Why the last epoch ended, for streams that still name it.
+  absl::Status ended_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fedgather::server
+
+#endif  // FEDGATHER_SERVER_GROUP_STATE_H_

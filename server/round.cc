@@ -1,0 +1,310 @@
+#include "server/round.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/frame_codec.h"
+
+namespace fedgather::server {
+
+Round::Round(RoundOptions options)
+    : options_(std::move(options)),
+      world_(static_cast<int>(options_.identities.size())),
+      ranks_(options_.identities.size()) {}
+
+std::string Round::Describe() const {
+  return absl::StrCat("group '", options_.group, "' epoch ", options_.epoch,
+                      " seq ", options_.seq);
+}
+
+std::string Round::RankName(int rank) const {
+  return absl::StrCat("rank ", rank, " (", options_.identities[rank], ")");
+}
+
+int64_t Round::BufferedBytes() const {
+  absl::MutexLock lock(&mu_);
+  return buffered_bytes_;
+}
+
+void Round::Emit(EventKind kind, int rank, int64_t bytes,
+                 const absl::Status& status,
+                 PendingCallbacks* callbacks) const {
+  if (options_.events == nullptr) return;
+  ServerEvent event;
+  event.kind = kind;
+  event.group = options_.group;
+  event.epoch = options_.epoch;
+  event.seq = options_.seq;
+  event.rank = rank;
+  if (rank >= 0) event.identity = options_.identities[rank];
+  event.bytes = bytes;
+  event.status = status;
+  EventSink* sink = options_.events;
+  callbacks->Add([sink, event = std::move(event)] { sink->OnEvent(event); });
+}
+
+void Round::Wake(int rank, PendingCallbacks* callbacks) {
+  std::weak_ptr<RoundStream> weak = ranks_[rank].stream;
+  callbacks->Add([weak] {
+    if (std::shared_ptr<RoundStream> stream = weak.lock()) stream->WakeWriter();
+  });
+}
+
+void Round::WakeAll(PendingCallbacks* callbacks) {
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].attached) Wake(r, callbacks);
+  }
+}
+
+absl::Status Round::Attach(int rank, v1::Op op, const Fingerprint& fingerprint,
+                           grpc::ByteBuffer header_frame,
+                           std::weak_ptr<RoundStream> stream,
+                           PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  if (complete_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), " has already completed"));
+  }
+  RankState& state = ranks_[rank];
+  if (state.attached) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " already has a stream in this round"));
+  }
+  if (first_rank_ < 0) {
+    op_ = op;
+    first_rank_ = rank;
+    first_fingerprint_ = fingerprint;
+  } else if (op != op_) {
+    const absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " called ", OpName(op), " but ",
+        RankName(first_rank_), " called ", OpName(op_),
+        "; the ranks are calling collectives in a different order"));
+    FailLocked(mismatch, callbacks);
+    return mismatch;
+  } else if (absl::Status same = CompareFingerprints(
+                 op_, first_rank_, first_fingerprint_, rank, fingerprint);
+             !same.ok()) {
+    const absl::Status mismatch = absl::InvalidArgumentError(absl::StrCat(
+        Describe(), " (", OpName(op_), "): ", same.message(), "; ",
+        RankName(rank), ", ", RankName(first_rank_)));
+    FailLocked(mismatch, callbacks);
+    return mismatch;
+  }
+  state.attached = true;
+  state.stream = std::move(stream);
+  state.expected_bytes = ContributionBytes(fingerprint).value();
+  Emit(EventKind::kContributionStarted, rank, state.expected_bytes,
+       absl::OkStatus(), callbacks);
+  // The header goes to every other rank ahead of this rank's chunks, so an
+  // ALL_GATHER_V receiver learns the part's shape before its bytes.
+  const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
+  Append(rank, std::move(header_frame), header_bytes, callbacks);
+  Wake(rank, callbacks);
+  return absl::OkStatus();
+}
+
+void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
+                   PendingCallbacks* callbacks) {
+  if (world_ == 1) return;
+  log_.push_back(LogEntry{rank, std::move(frame), bytes, world_ - 1});
+  buffered_bytes_ += bytes;
+  for (int r = 0; r < world_; ++r) {
+    if (r != rank && ranks_[r].attached) Wake(r, callbacks);
+  }
+}
+
+bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
+                       PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished()) return false;
+  RankState& state = ranks_[rank];
+  state.received_bytes += payload_bytes;
+  Append(rank, std::move(frame), payload_bytes, callbacks);
+  if (buffered_bytes_ >= options_.max_buffered_bytes) {
+    state.read_paused = true;
+    return false;
+  }
+  return true;
+}
+
+void Round::Release(LogEntry& entry, PendingCallbacks* callbacks) {
+  buffered_bytes_ -= entry.bytes;
+  entry.bytes = 0;
+  entry.frame.Clear();
+  if (buffered_bytes_ >= options_.max_buffered_bytes) return;
+  for (RankState& state : ranks_) {
+    if (!state.read_paused) continue;
+    state.read_paused = false;
+    std::weak_ptr<RoundStream> weak = state.stream;
+    callbacks->Add([weak] {
+      if (std::shared_ptr<RoundStream> s = weak.lock()) s->ResumeReading();
+    });
+  }
+}
+
+void Round::EndContribution(int rank, const Sha256Digest& digest,
+                            PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished()) return;
+  RankState& state = ranks_[rank];
+  state.ended = true;
+  state.digest = digest;
+  Emit(EventKind::kContributionComplete, rank, state.received_bytes,
+       absl::OkStatus(), callbacks);
+  if (++ended_count_ < world_) return;
+  complete_ = true;
+  commit_frame_ = CommitFrameLocked();
+  Emit(EventKind::kRoundCompleted, -1, 0, absl::OkStatus(), callbacks);
+  if (options_.on_finished) {
+    auto on_finished = options_.on_finished;
+    const uint64_t seq = options_.seq;
+    callbacks->Add([on_finished, seq] { on_finished(seq, absl::OkStatus()); });
+  }
+  WakeAll(callbacks);
+}
+
+grpc::ByteBuffer Round::CommitFrameLocked() const {
+  v1::CollectiveFrame frame;
+  v1::Commit* commit = frame.mutable_commit();
+  commit->set_group(options_.group);
+  commit->set_epoch(options_.epoch);
+  commit->set_seq(options_.seq);
+  for (int r = 0; r < world_; ++r) {
+    v1::RankDigest* digest = commit->add_contributions();
+    digest->set_rank(r);
+    digest->set_identity(options_.identities[r]);
+    digest->set_sha256(ranks_[r].digest.data(), ranks_[r].digest.size());
+    digest->set_bytes(ranks_[r].received_bytes);
+  }
+  return EncodeFrame(frame);
+}
+
+Outgoing Round::NextOutgoing(int rank) {
+  absl::MutexLock lock(&mu_);
+  Outgoing out;
+  if (!status_.ok()) {
+    out.kind = Outgoing::Kind::kFinish;
+    out.status = status_;
+    return out;
+  }
+  RankState& state = ranks_[rank];
+  if (state.lost) {
+    // The receiver is gone from a completed round: drop its claims on the
+    // log so the frames can be released.
+    PendingCallbacks unused;  // nobody is paused once the round completed
+    for (; state.cursor < log_.size(); ++state.cursor) {
+      LogEntry& entry = log_[state.cursor];
+      if (entry.source_rank != rank && --entry.pending_writes == 0) {
+        Release(entry, &unused);
+      }
+    }
+    out.kind = Outgoing::Kind::kFinish;
+    out.status = absl::CancelledError("the stream closed");
+    return out;
+  }
+  while (state.cursor < log_.size() &&
+         log_[state.cursor].source_rank == rank) {
+    ++state.cursor;
+  }
+  if (state.cursor < log_.size()) {
+    state.write_in_flight = true;
+    out.kind = Outgoing::Kind::kFrame;
+    out.frame = log_[state.cursor].frame;  // shares the slices
+    return out;
+  }
+  if (complete_ && !state.commit_sent) {
+    state.commit_sent = true;
+    out.kind = Outgoing::Kind::kCommitAndFinish;
+    out.frame = commit_frame_;
+  }
+  return out;
+}
+
+void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  RankState& state = ranks_[rank];
+  if (!state.write_in_flight) return;
+  state.write_in_flight = false;
+  if (!status_.ok()) return;  // the log was already released
+  LogEntry& entry = log_[state.cursor++];
+  if (--entry.pending_writes == 0) Release(entry, callbacks);
+  if (!ok && !state.lost) {
+    state.lost = true;
+    if (!complete_) {
+      FailLocked(absl::UnavailableError(absl::StrCat(
+                     Describe(), ": ", RankName(rank),
+                     " stopped receiving before the round completed")),
+                 callbacks);
+    }
+  }
+}
+
+void Round::StreamLost(int rank, absl::string_view why,
+                       PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  RankState& state = ranks_[rank];
+  if (state.lost || state.commit_sent) return;
+  state.lost = true;
+  if (complete_) {
+    Wake(rank, callbacks);
+    return;
+  }
+  FailLocked(absl::UnavailableError(absl::StrCat(Describe(), ": ",
+                                                 RankName(rank), " ", why,
+                                                 " before the round completed")),
+             callbacks);
+}
+
+void Round::Fail(const absl::Status& status, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  FailLocked(status, callbacks);
+}
+
+void Round::FailLocked(const absl::Status& status,
+                       PendingCallbacks* callbacks) {
+  if (finished()) return;
+  status_ = status;
+  for (LogEntry& entry : log_) entry.frame.Clear();
+  buffered_bytes_ = 0;
+  Emit(EventKind::kRoundFailed, -1, 0, status_, callbacks);
+  if (options_.on_finished) {
+    auto on_finished = options_.on_finished;
+    const uint64_t seq = options_.seq;
+    callbacks->Add([on_finished, seq, status] { on_finished(seq, status); });
+  }
+  WakeAll(callbacks);
+}
+
+std::string Round::ProgressLocked() const {
+  std::vector<std::string> missing;
+  std::vector<int> done;
+  for (int r = 0; r < world_; ++r) {
+    const RankState& state = ranks_[r];
+    if (state.ended) {
+      done.push_back(r);
+    } else if (!state.attached) {
+      missing.push_back(absl::StrCat(RankName(r), ": not started"));
+    } else {
+      missing.push_back(absl::StrCat(RankName(r), ": ", state.received_bytes,
+                                     " of ", state.expected_bytes, " bytes"));
+    }
+  }
+  return absl::StrCat(
+      "missing contributions: ", absl::StrJoin(missing, "; "),
+      done.empty() ? "" : absl::StrCat("; complete: ranks ",
+                                       absl::StrJoin(done, ", ")));
+}
+
+void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished() || now < options_.deadline) return;
+  FailLocked(absl::DeadlineExceededError(absl::StrCat(
+                 Describe(), " exceeded its deadline of ",
+                 absl::FormatDuration(options_.timeout), "; ",
+                 ProgressLocked())),
+             callbacks);
+}
+
+}  // namespace fedgather::server

@@ -1,0 +1,189 @@
+// Round: the state machine of one collective (group, epoch, seq) on the
+// server. It owns the round's chunk log: every frame a rank uploads is kept
+// once, reference-counted, and each other rank's stream walks the log with
+// its own cursor (cut-through fan-out, no copy per receiver). A frame is
+// released when every receiver has written it. Buffered payload is bounded by
+// RoundOptions::max_buffered_bytes: an uploader that pushes the round past it
+// is paused until receivers drain (backpressure).
+//
+// Thread safety: all methods are thread-safe and take the round's own mutex
+// briefly. Methods that change state add stream wake-ups and events to a
+// PendingCallbacks, which the caller runs after the call returns, so no
+// callback ever runs under the round's lock. NextOutgoing may be called with
+// the calling stream's own lock held; the round never calls into a stream
+// while holding its lock.
+#ifndef FEDGATHER_SERVER_ROUND_H_
+#define FEDGATHER_SERVER_ROUND_H_
+
+#include <grpcpp/support/byte_buffer.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/fingerprint.h"
+#include "common/sha256.h"
+#include "fedgather/v1/fedgather.pb.h"
+#include "server/event_sink.h"
+#include "server/pending_callbacks.h"
+
+namespace fedgather::server {
+
+// The server end of one member's collective stream, as a round sees it.
+class RoundStream {
+ public:
+  virtual ~RoundStream() = default;
+  // WakeWriter: the round may have something for this stream to send. The
+  // stream answers by calling Round::NextOutgoing when it is not writing.
+  virtual void WakeWriter() = 0;
+  // ResumeReading: the round has buffer room again for a paused uploader.
+  virtual void ResumeReading() = 0;
+};
+
+// What a stream should do next.
+struct Outgoing {
+  enum class Kind {
+    kNothing,          // wait for the next WakeWriter
+    kFrame,            // write `frame`, then call WriteDone
+    kCommitAndFinish,  // write `frame` (the commit) and finish with OK
+    kFinish,           // finish the stream with `status`
+  };
+  Kind kind = Kind::kNothing;
+  grpc::ByteBuffer frame;
+  absl::Status status;
+};
+
+struct RoundOptions {
+  std::string group;
+  uint64_t epoch = 0;
+  uint64_t seq = 0;
+  std::vector<std::string> identities;  // by rank; size is the world size
+  int64_t max_buffered_bytes = 256 << 20;
+  absl::Time deadline = absl::InfiniteFuture();
+  absl::Duration timeout = absl::InfiniteDuration();  // for messages only
+  EventSink* events = nullptr;                          // may be null
+  // Called once, through PendingCallbacks, when the round has completed (OK)
+  // or failed (its status).
+  std::function<void(uint64_t seq, const absl::Status& outcome)> on_finished;
+};
+
+class Round {
+ public:
+  explicit Round(RoundOptions options);
+  Round(const Round&) = delete;
+  Round& operator=(const Round&) = delete;
+
+  // Attach registers `rank`'s stream with its header. The first header fixes
+  // the op and fingerprint; every later one must agree: a different op is
+  // FAILED_PRECONDITION, a different fingerprint INVALID_ARGUMENT, and either
+  // fails the round on every rank. `header_frame` is forwarded to the other
+  // ranks. Returns the round's failure when it has already failed.
+  absl::Status Attach(int rank, v1::Op op, const Fingerprint& fingerprint,
+                      grpc::ByteBuffer header_frame,
+                      std::weak_ptr<RoundStream> stream,
+                      PendingCallbacks* callbacks);
+
+  // OfferChunk adds a chunk frame uploaded by `rank` carrying `payload_bytes`
+  // bytes to the log. Returns true when the uploader may read its next frame
+  // now, false when it must wait for RoundStream::ResumeReading.
+  bool OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
+                  PendingCallbacks* callbacks);
+
+  // EndContribution records that `rank`'s upload is complete with `digest`.
+  // When it is the last contribution the round completes and every stream is
+  // woken to send the commit after its remaining chunks.
+  void EndContribution(int rank, const Sha256Digest& digest,
+                       PendingCallbacks* callbacks);
+
+  // NextOutgoing tells `rank`'s stream what to do next. The stream must not
+  // have a write in flight.
+  Outgoing NextOutgoing(int rank);
+
+  // WriteDone reports that `rank`'s last kFrame write finished; `ok` false
+  // means the stream is gone.
+  void WriteDone(int rank, bool ok, PendingCallbacks* callbacks);
+
+  // StreamLost reports that `rank`'s stream closed or was cancelled. Before
+  // completion this fails the round with UNAVAILABLE naming the rank.
+  void StreamLost(int rank, absl::string_view why,
+                  PendingCallbacks* callbacks);
+
+  // Fail fails the round with `status` on every rank; the first failure
+  // sticks and later calls do nothing. No effect once the round completed.
+  void Fail(const absl::Status& status, PendingCallbacks* callbacks);
+
+  // CheckDeadline fails the round with DEADLINE_EXCEEDED, listing the ranks
+  // that had not contributed and their byte progress, once `now` passes the
+  // deadline.
+  void CheckDeadline(absl::Time now, PendingCallbacks* callbacks);
+
+  // Describe names the round: "group 'demo' epoch 1 seq 0".
+  std::string Describe() const;
+
+  // BufferedBytes is the payload held in the log right now.
+  int64_t BufferedBytes() const;
+
+ private:
+  struct LogEntry {
+    int source_rank;
+    grpc::ByteBuffer frame;
+    int64_t bytes;        // counted against max_buffered_bytes
+    int pending_writes;   // receivers that have not written it yet
+  };
+  struct RankState {
+    bool attached = false;
+    std::weak_ptr<RoundStream> stream;
+    int64_t expected_bytes = 0;
+    int64_t received_bytes = 0;
+    bool ended = false;
+    Sha256Digest digest{};
+    size_t cursor = 0;  // next log entry this rank's stream looks at
+    bool write_in_flight = false;
+    bool read_paused = false;
+    bool commit_sent = false;
+    bool lost = false;
+  };
+
+  bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return complete_ || !status_.ok();
+  }
+  std::string RankName(int rank) const;
+  void Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
+              PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Release(LogEntry& entry, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailLocked(const absl::Status& status, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WakeAll(PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Wake(int rank, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Emit(EventKind kind, int rank, int64_t bytes, const absl::Status& status,
+            PendingCallbacks* callbacks) const;
+  std::string ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  grpc::ByteBuffer CommitFrameLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RoundOptions options_;
+  const int world_;
+
+  mutable absl::Mutex mu_;
+  v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
+  int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
+  Fingerprint first_fingerprint_ ABSL_GUARDED_BY(mu_);
+  std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
+  std::vector<LogEntry> log_ ABSL_GUARDED_BY(mu_);
+  int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int ended_count_ ABSL_GUARDED_BY(mu_) = 0;
+  bool complete_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ByteBuffer commit_frame_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // first failure
+};
+
+}  // namespace fedgather::server
+
+#endif  // FEDGATHER_SERVER_ROUND_H_

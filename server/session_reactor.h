@@ -1,0 +1,71 @@
+// SessionReactor: the server side of one member's Session stream. The first
+// message joins a group; later ones are heartbeats. The stream lives as long
+// as the membership: when it ends, the group learns the member is gone.
+//
+// Threading: gRPC runs the reactions on its callback threads. The group calls
+// SendJoined and Close from any thread, never under its lock. mu_ guards the
+// write and finish state; at most one write is in flight.
+#ifndef FEDGATHER_SERVER_SESSION_REACTOR_H_
+#define FEDGATHER_SERVER_SESSION_REACTOR_H_
+
+#include <grpcpp/support/server_callback.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "fedgather/v1/fedgather.pb.h"
+#include "server/group_registry.h"
+
+namespace fedgather::server {
+
+class SessionReactor
+    : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>,
+      public SessionStream,
+      public std::enable_shared_from_this<SessionReactor> {
+ public:
+  // Start creates a reactor that keeps itself alive until OnDone. When
+  // `identity` is an error the stream is finished with it at once.
+  static SessionReactor* Start(GroupRegistry* registry,
+                               absl::StatusOr<std::string> identity,
+                               std::function<absl::Time()> clock);
+
+  void SendJoined(const v1::Joined& joined) override;
+  void Close(const absl::Status& status) override;
+
+ private:
+  SessionReactor(GroupRegistry* registry, std::string identity,
+                 std::function<absl::Time()> clock);
+
+  void OnReadDone(bool ok) override;
+  void OnWriteDone(bool ok) override;
+  void OnCancel() override;
+  void OnDone() override;
+
+  void Lost(absl::string_view why);
+
+  GroupRegistry* const registry_;
+  const std::string identity_;
+  const std::function<absl::Time()> clock_;
+  std::shared_ptr<SessionReactor> self_;  // released in OnDone
+
+  // Touched only by the read path (one read in flight).
+  v1::SessionRequest request_;
+  GroupState* group_ = nullptr;  // set by the join; read under mu_ elsewhere
+
+  absl::Mutex mu_;
+  v1::SessionEvent event_ ABSL_GUARDED_BY(mu_);
+  bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status pending_finish_ ABSL_GUARDED_BY(mu_);
+  bool has_pending_finish_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace fedgather::server
+
+#endif  // FEDGATHER_SERVER_SESSION_REACTOR_H_

@@ -217,15 +217,15 @@ void CollectiveReactor::WakeWriter() {
 }
 
 void CollectiveReactor::OnWriteDone(bool ok) {
-  std::shared_ptr<Round> r;
+  {
+    // The write stays "in flight" until the round has advanced this stream's
+    // cursor, so a concurrent WakeWriter cannot pull the same frame again.
+    PendingCallbacks callbacks;
+    round()->WriteDone(rank_, ok, &callbacks);
+  }
   {
     absl::MutexLock lock(&mu_);
     write_in_flight_ = false;
-    r = round_;
-  }
-  {
-    PendingCallbacks callbacks;
-    r->WriteDone(rank_, ok, &callbacks);
   }
   WakeWriter();
 }

@@ -190,6 +190,7 @@ Outgoing Round::NextOutgoing(int rank) {
     return out;
   }
   RankState& state = ranks_[rank];
+  if (state.write_in_flight) return out;  // WriteDone has not run yet
   if (state.lost) {
     // The receiver is gone from a completed round: drop its claims on the
     // log so the frames can be released.

@@ -32,16 +32,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
 Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel)
     : address_(std::move(address)), channel_(std::move(channel)) {}
 
-absl::StatusOr<std::unique_ptr<Group>> Client::Join(const JoinOptions& options) {
+absl::StatusOr<std::unique_ptr<Group>> Client::Join(
+    const JoinOptions& options) {
   if (options.group.empty() || options.world_size < 1) {
     return absl::InvalidArgumentError(
         "a join needs a group name and a world size of at least 1");
   }
   if (options.rank.has_value() &&
       (*options.rank < 0 || *options.rank >= options.world_size)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", *options.rank, " is out of range for world size ",
-        options.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", *options.rank, " is out of range for world size ",
+                     options.world_size));
   }
   v1::JoinRequest request;
   request.set_group(options.group);

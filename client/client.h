@@ -25,8 +25,9 @@
 namespace fedgather {
 
 struct ClientOptions {
-  std::string server_address;  // HOST:PORT; the server certificate must name HOST
-  TlsFiles tls;                // this participant's cert, key and the CA
+  std::string
+      server_address;  // HOST:PORT; the server certificate must name HOST
+  TlsFiles tls;        // this participant's cert, key and the CA
 };
 
 struct JoinOptions {

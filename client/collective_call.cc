@@ -27,7 +27,8 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
   header->set_seq(setup_.seq);
   header->set_op(setup_.op);
   header->set_rank(setup_.rank);
-  for (const ConstHostTensor& input : inputs_) fingerprint_.push_back(input.spec);
+  for (const ConstHostTensor& input : inputs_)
+    fingerprint_.push_back(input.spec);
   FingerprintToProto(fingerprint_, header->mutable_tensors());
   // The server applies the same checks; failing here sends nothing.
   FG_RETURN_IF_ERROR(FingerprintFromProto(header->tensors(), "input").status());
@@ -40,9 +41,9 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
   }
   parts_.resize(setup_.world_size);
   for (size_t i = 0; i < inputs_.size(); ++i) {
-    FG_ASSIGN_OR_RETURN(uint8_t * own,
-                        target_->Place(setup_.rank, static_cast<int>(i),
-                                       inputs_[i].spec));
+    FG_ASSIGN_OR_RETURN(
+        uint8_t * own,
+        target_->Place(setup_.rank, static_cast<int>(i), inputs_[i].spec));
     if (input_bytes_[i] > 0 && own != inputs_[i].data) {
       std::memcpy(own, inputs_[i].data, static_cast<size_t>(input_bytes_[i]));
     }
@@ -71,7 +72,8 @@ void CollectiveCall::WriteNext() {
     meta.offset = static_cast<uint64_t>(write_offset_);
     meta.size = static_cast<uint64_t>(std::min(left, setup_.max_chunk_bytes));
     const uint8_t* data =
-        static_cast<const uint8_t*>(inputs_[write_tensor_].data) + write_offset_;
+        static_cast<const uint8_t*>(inputs_[write_tensor_].data) +
+        write_offset_;
     own_hasher_.Update(data, meta.size);
     write_buffer_ = EncodeChunkFrame(meta, data);
     write_offset_ += static_cast<int64_t>(meta.size);
@@ -141,17 +143,17 @@ absl::Status CollectiveCall::HandleHeader(const v1::CollectiveHeader& header) {
   Part& part = parts_[r];
   FG_ASSIGN_OR_RETURN(
       part.fingerprint,
-      FingerprintFromProto(header.tensors(), absl::StrCat("rank ", r, " header")));
+      FingerprintFromProto(header.tensors(),
+                           absl::StrCat("rank ", r, " header")));
   if (header.op() != setup_.op) {
-    return absl::InternalError(absl::StrCat("protocol error: rank ", r,
-                                            " ran ", OpName(header.op())));
+    return absl::InternalError(
+        absl::StrCat("protocol error: rank ", r, " ran ", OpName(header.op())));
   }
   FG_RETURN_IF_ERROR(CompareFingerprints(setup_.op, setup_.rank, fingerprint_,
                                          r, part.fingerprint));
   for (size_t i = 0; i < part.fingerprint.size(); ++i) {
-    FG_ASSIGN_OR_RETURN(uint8_t * dest,
-                        target_->Place(r, static_cast<int>(i),
-                                       part.fingerprint[i]));
+    FG_ASSIGN_OR_RETURN(uint8_t * dest, target_->Place(r, static_cast<int>(i),
+                                                       part.fingerprint[i]));
     part.dest.push_back(dest);
   }
   part.sequence.emplace(part.fingerprint, setup_.max_chunk_bytes);
@@ -163,8 +165,8 @@ absl::Status CollectiveCall::DownloadSink::Begin(const ChunkMeta& meta) {
   const int r = static_cast<int>(meta.rank);
   if (meta.rank >= static_cast<uint32_t>(call_->setup_.world_size) ||
       r == call_->setup_.rank || !call_->parts_[r].have_header) {
-    return absl::InternalError(absl::StrCat(
-        "protocol error: chunk for rank ", meta.rank, " before its header"));
+    return absl::InternalError(absl::StrCat("protocol error: chunk for rank ",
+                                            meta.rank, " before its header"));
   }
   Part& part = call_->parts_[r];
   if (absl::Status placed =
@@ -186,9 +188,9 @@ void CollectiveCall::DownloadSink::Data(const uint8_t* data, size_t size) {
 
 absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
   if (commit.contributions_size() != setup_.world_size) {
-    return absl::DataLossError(absl::StrCat(
-        "the commit lists ", commit.contributions_size(),
-        " contributions for world size ", setup_.world_size));
+    return absl::DataLossError(
+        absl::StrCat("the commit lists ", commit.contributions_size(),
+                     " contributions for world size ", setup_.world_size));
   }
   for (int r = 0; r < setup_.world_size; ++r) {
     const v1::RankDigest& entry = commit.contributions(r);
@@ -202,22 +204,21 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
     if (r != setup_.rank) {
       Part& part = parts_[r];
       if (!part.have_header) {
-        return absl::DataLossError(absl::StrCat(
-            "the commit arrived before rank ", r, "'s data"));
+        return absl::DataLossError(
+            absl::StrCat("the commit arrived before rank ", r, "'s data"));
       }
       if (absl::Status complete = part.sequence->CheckComplete();
           !complete.ok()) {
-        return absl::DataLossError(
-            absl::StrCat("rank ", r, " (", entry.identity(),
-                         "): ", complete.message()));
+        return absl::DataLossError(absl::StrCat(
+            "rank ", r, " (", entry.identity(), "): ", complete.message()));
       }
       received = part.hasher.Finish();
     }
     if (received != committed) {
-      return absl::DataLossError(absl::StrCat(
-          "rank ", r, " (", entry.identity(), "): the received bytes hash to ",
-          DigestToHex(received), " but the commit says ",
-          DigestToHex(committed)));
+      return absl::DataLossError(
+          absl::StrCat("rank ", r, " (", entry.identity(),
+                       "): the received bytes hash to ", DigestToHex(received),
+                       " but the commit says ", DigestToHex(committed)));
     }
   }
   committed_ = true;
@@ -241,10 +242,10 @@ void CollectiveCall::OnDone(const grpc::Status& status) {
 
 absl::Status CollectiveCall::Wait(absl::Duration timeout) {
   if (!done_.WaitForNotificationWithTimeout(timeout)) {
-    Abort(absl::DeadlineExceededError(absl::StrCat(
-        "group '", setup_.group, "' seq ", setup_.seq,
-        ": no result within the client timeout of ",
-        absl::FormatDuration(timeout))));
+    Abort(absl::DeadlineExceededError(
+        absl::StrCat("group '", setup_.group, "' seq ", setup_.seq,
+                     ": no result within the client timeout of ",
+                     absl::FormatDuration(timeout))));
     done_.WaitForNotification();
   }
   return final_status_;

@@ -56,10 +56,12 @@ struct CollectiveSetup {
   int64_t max_chunk_bytes = 1 << 20;
 };
 
-class CollectiveCall : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class CollectiveCall
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `inputs` and `target` must outlive Wait.
-  CollectiveCall(CollectiveSetup setup, absl::Span<const ConstHostTensor> inputs,
+  CollectiveCall(CollectiveSetup setup,
+                 absl::Span<const ConstHostTensor> inputs,
                  ReceiveTarget* target);
 
   // Start validates the inputs, copies this rank's part into the target and
@@ -125,7 +127,7 @@ class CollectiveCall : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::By
 
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // first client-side error
-  absl::Status final_status_;  // written before done_ is notified
+  absl::Status final_status_;                // written before done_ is notified
   absl::Notification done_;
 };
 

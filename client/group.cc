@@ -78,9 +78,9 @@ absl::Status Group::Join(const v1::JoinRequest& request,
   if (!got || event.kind_case() != v1::SessionEvent::kJoined) {
     const grpc::Status status = session_->Finish();
     if (timed_out) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "the group did not form within the client timeout of ",
-          absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("the group did not form within the client timeout of ",
+                       absl::FormatDuration(timeout)));
     }
     if (status.ok()) {
       return absl::InternalError("protocol error: the session ended at once");
@@ -99,8 +99,8 @@ absl::Status Group::Join(const v1::JoinRequest& request,
   heartbeat_thread_ = std::thread([this] {
     v1::SessionRequest heartbeat;
     heartbeat.mutable_heartbeat();
-    while (!stop_heartbeats_.WaitForNotificationWithTimeout(
-        heartbeat_interval_)) {
+    while (
+        !stop_heartbeats_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
       if (!session_->Write(heartbeat)) break;
     }
   });
@@ -151,8 +151,8 @@ absl::Status Group::AllGatherInto(absl::Span<const ConstHostTensor> inputs,
                                   absl::Span<const MutableHostTensor> outputs,
                                   const CollectiveOptions& options) {
   if (inputs.size() != outputs.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(inputs.size(), " inputs but ", outputs.size(), " outputs"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        inputs.size(), " inputs but ", outputs.size(), " outputs"));
   }
   std::vector<int64_t> part_bytes;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -160,9 +160,9 @@ absl::Status Group::AllGatherInto(absl::Span<const ConstHostTensor> inputs,
     TensorSpec expected = in;
     expected.shape.insert(expected.shape.begin(), world_size_);
     if (outputs[i].spec != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "output ", i, " is ", SpecToString(outputs[i].spec), " but must be ",
-          SpecToString(expected)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("output ", i, " is ", SpecToString(outputs[i].spec),
+                       " but must be ", SpecToString(expected)));
     }
     FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(in));
     if (bytes > 0 && outputs[i].data == nullptr) {

@@ -122,7 +122,8 @@ class Group {
   uint64_t next_seq_ = 0;  // collectives are called from one thread
 
   grpc::ClientContext session_context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>>
       session_;
   std::thread session_thread_;  // reads until the session ends
   std::thread heartbeat_thread_;

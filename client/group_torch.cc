@@ -16,16 +16,26 @@ namespace {
 
 absl::StatusOr<DType> DTypeOf(const at::Tensor& tensor) {
   switch (tensor.scalar_type()) {
-    case at::kFloat: return DType::kF32;
-    case at::kHalf: return DType::kF16;
-    case at::kBFloat16: return DType::kBF16;
-    case at::kDouble: return DType::kF64;
-    case at::kLong: return DType::kI64;
-    case at::kInt: return DType::kI32;
-    case at::kShort: return DType::kI16;
-    case at::kChar: return DType::kI8;
-    case at::kByte: return DType::kU8;
-    case at::kBool: return DType::kBool;
+    case at::kFloat:
+      return DType::kF32;
+    case at::kHalf:
+      return DType::kF16;
+    case at::kBFloat16:
+      return DType::kBF16;
+    case at::kDouble:
+      return DType::kF64;
+    case at::kLong:
+      return DType::kI64;
+    case at::kInt:
+      return DType::kI32;
+    case at::kShort:
+      return DType::kI16;
+    case at::kChar:
+      return DType::kI8;
+    case at::kByte:
+      return DType::kU8;
+    case at::kBool:
+      return DType::kBool;
     default:
       return absl::InvalidArgumentError(absl::StrCat(
           "unsupported tensor dtype ", c10::toString(tensor.scalar_type())));
@@ -34,16 +44,26 @@ absl::StatusOr<DType> DTypeOf(const at::Tensor& tensor) {
 
 at::ScalarType ScalarTypeOf(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return at::kFloat;
-    case DType::kF16: return at::kHalf;
-    case DType::kBF16: return at::kBFloat16;
-    case DType::kF64: return at::kDouble;
-    case DType::kI64: return at::kLong;
-    case DType::kI32: return at::kInt;
-    case DType::kI16: return at::kShort;
-    case DType::kI8: return at::kChar;
-    case DType::kU8: return at::kByte;
-    case DType::kBool: return at::kBool;
+    case DType::kF32:
+      return at::kFloat;
+    case DType::kF16:
+      return at::kHalf;
+    case DType::kBF16:
+      return at::kBFloat16;
+    case DType::kF64:
+      return at::kDouble;
+    case DType::kI64:
+      return at::kLong;
+    case DType::kI32:
+      return at::kInt;
+    case DType::kI16:
+      return at::kShort;
+    case DType::kI8:
+      return at::kChar;
+    case DType::kU8:
+      return at::kByte;
+    case DType::kBool:
+      return at::kBool;
   }
   return at::kByte;
 }
@@ -55,8 +75,8 @@ absl::StatusOr<TensorSpec> SpecOf(const std::string& name,
         absl::StrCat("tensor '", name, "' is undefined"));
   }
   if (!tensor.device().is_cpu() || !tensor.is_contiguous()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", name, "' must be a contiguous CPU tensor"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "' must be a contiguous CPU tensor"));
   }
   TensorSpec spec;
   spec.name = name;
@@ -91,8 +111,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllGather(
     std::map<std::string, at::Tensor> result;
     for (const auto& [name, tensor] : inputs) {
       FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(name, tensor));
-      at::Tensor out = at::empty(Stacked(world_size(), tensor.sizes()),
-                                 tensor.options());
+      at::Tensor out =
+          at::empty(Stacked(world_size(), tensor.sizes()), tensor.options());
       MutableHostTensor out_view;
       out_view.spec = view.spec;
       out_view.spec.shape.insert(out_view.spec.shape.begin(), world_size());
@@ -104,7 +124,8 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllGather(
     FG_RETURN_IF_ERROR(AllGatherInto(views, outs, options));
     return result;
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
   }
 }
 
@@ -124,7 +145,8 @@ absl::Status Group::AllGatherInto(const at::Tensor& input, at::Tensor& output,
     return AllGatherInto(absl::MakeConstSpan(&view, 1),
                          absl::MakeConstSpan(&out_view, 1), options);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
   }
 }
 
@@ -135,20 +157,24 @@ absl::StatusOr<std::vector<at::Tensor>> Group::AllGatherV(
     std::vector<at::Tensor> parts(world_size());
     const at::TensorOptions tensor_options = input.options();
     const PartAllocator allocate =
-        [&](int rank, int index, const TensorSpec& spec) -> absl::StatusOr<void*> {
+        [&](int rank, int index,
+            const TensorSpec& spec) -> absl::StatusOr<void*> {
       try {
-        parts[rank] = at::empty(spec.shape, tensor_options.dtype(ScalarTypeOf(spec.dtype)));
+        parts[rank] = at::empty(spec.shape,
+                                tensor_options.dtype(ScalarTypeOf(spec.dtype)));
         return parts[rank].data_ptr();
       } catch (const c10::Error& e) {
         return absl::ResourceExhaustedError(
-            absl::StrCat("cannot allocate rank ", rank, "'s part: ",
-                         e.what_without_backtrace()));
+            absl::StrCat("cannot allocate rank ", rank,
+                         "'s part: ", e.what_without_backtrace()));
       }
     };
-    FG_RETURN_IF_ERROR(AllGatherV(absl::MakeConstSpan(&view, 1), allocate, options));
+    FG_RETURN_IF_ERROR(
+        AllGatherV(absl::MakeConstSpan(&view, 1), allocate, options));
     return parts;
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
   }
 }
 

@@ -26,16 +26,16 @@ void ChunkSequence::SkipCompleteTensors() {
 absl::Status ChunkSequence::Accept(uint64_t tensor_index, uint64_t offset,
                                    uint64_t size) {
   if (tensor_ == tensor_bytes_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk for tensor ", tensor_index, " at offset ", offset,
-        " after all ", total_bytes_, " declared bytes were sent"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk for tensor ", tensor_index, " at offset ", offset,
+                     " after all ", total_bytes_, " declared bytes were sent"));
   }
   const TensorSpec& expected = fingerprint_[tensor_];
   if (tensor_index != tensor_ || offset != static_cast<uint64_t>(offset_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk for tensor ", tensor_index, " at offset ", offset,
-        " is out of order: expected tensor ", tensor_, " ('", expected.name,
-        "') at offset ", offset_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk for tensor ", tensor_index, " at offset ", offset,
+                     " is out of order: expected tensor ", tensor_, " ('",
+                     expected.name, "') at offset ", offset_));
   }
   if (size == 0 || size > static_cast<uint64_t>(max_chunk_bytes_)) {
     return absl::InvalidArgumentError(

@@ -40,8 +40,8 @@ class ChunkSequence {
   const int64_t max_chunk_bytes_;
   std::vector<int64_t> tensor_bytes_;
   int64_t total_bytes_ = 0;
-  size_t tensor_ = 0;      // index of the tensor expected next
-  int64_t offset_ = 0;     // next expected offset within tensor_
+  size_t tensor_ = 0;   // index of the tensor expected next
+  int64_t offset_ = 0;  // next expected offset within tensor_
   int64_t bytes_done_ = 0;
 };
 

@@ -16,9 +16,9 @@ absl::StatusOr<Fingerprint> FingerprintFromProto(
         absl::StrCat(where, ": the contribution has no tensors"));
   }
   if (specs.size() > kMaxTensorsPerContribution) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where, ": ", specs.size(), " tensors, above the limit of ",
-        kMaxTensorsPerContribution));
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", specs.size(), " tensors, above the limit of ",
+                     kMaxTensorsPerContribution));
   }
   Fingerprint fingerprint;
   fingerprint.reserve(specs.size());
@@ -54,8 +54,9 @@ absl::StatusOr<Fingerprint> FingerprintFromProto(
   return fingerprint;
 }
 
-void FingerprintToProto(const Fingerprint& fingerprint,
-                        google::protobuf::RepeatedPtrField<v1::TensorSpec>* out) {
+void FingerprintToProto(
+    const Fingerprint& fingerprint,
+    google::protobuf::RepeatedPtrField<v1::TensorSpec>* out) {
   out->Clear();
   for (const TensorSpec& spec : fingerprint) {
     v1::TensorSpec* wire = out->Add();
@@ -80,10 +81,9 @@ absl::StatusOr<int64_t> ContributionBytes(const Fingerprint& fingerprint) {
 namespace {
 
 std::string Names(const Fingerprint& fingerprint) {
-  return absl::StrJoin(fingerprint, ", ",
-                       [](std::string* out, const TensorSpec& spec) {
-                         out->append(spec.name);
-                       });
+  return absl::StrJoin(
+      fingerprint, ", ",
+      [](std::string* out, const TensorSpec& spec) { out->append(spec.name); });
 }
 
 }  // namespace
@@ -117,21 +117,22 @@ absl::Status CompareFingerprints(v1::Op op, int first_rank,
       if (a.shape.empty() || b.shape.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
             "ALL_GATHER_V needs tensors of rank >= 1, but tensor '", a.name,
-            "' is a scalar on rank ", a.shape.empty() ? first_rank : other_rank));
+            "' is a scalar on rank ",
+            a.shape.empty() ? first_rank : other_rank));
       }
-      shapes_agree = a.shape.size() == b.shape.size() &&
-                     std::equal(a.shape.begin() + 1, a.shape.end(),
-                                b.shape.begin() + 1);
+      shapes_agree =
+          a.shape.size() == b.shape.size() &&
+          std::equal(a.shape.begin() + 1, a.shape.end(), b.shape.begin() + 1);
     }
     if (!shapes_agree) {
       diffs.push_back(absl::StrCat("shape ", ShapeToString(b.shape), " vs ",
                                    ShapeToString(a.shape)));
     }
     if (!diffs.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          ranks, " disagree on tensor '", a.name, "': ",
-          absl::StrJoin(diffs, "; "), " (rank ", other_rank, " vs rank ",
-          first_rank, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(ranks, " disagree on tensor '", a.name,
+                       "': ", absl::StrJoin(diffs, "; "), " (rank ", other_rank,
+                       " vs rank ", first_rank, ")"));
     }
   }
   return absl::OkStatus();

@@ -28,8 +28,9 @@ absl::StatusOr<Fingerprint> FingerprintFromProto(
     const google::protobuf::RepeatedPtrField<v1::TensorSpec>& specs,
     absl::string_view where);
 
-void FingerprintToProto(const Fingerprint& fingerprint,
-                        google::protobuf::RepeatedPtrField<v1::TensorSpec>* out);
+void FingerprintToProto(
+    const Fingerprint& fingerprint,
+    google::protobuf::RepeatedPtrField<v1::TensorSpec>* out);
 
 // ContributionBytes returns the sum of ByteSize over the fingerprint.
 absl::StatusOr<int64_t> ContributionBytes(const Fingerprint& fingerprint);

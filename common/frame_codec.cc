@@ -20,10 +20,11 @@ constexpr uint32_t kLengthDelimited = 2;
 constexpr uint32_t Tag(uint32_t field, uint32_t type) {
   return (field << 3) | type;
 }
-constexpr uint32_t kFrameChunkTag = Tag(v1::CollectiveFrame::kChunkFieldNumber,
-                                        kLengthDelimited);
+constexpr uint32_t kFrameChunkTag =
+    Tag(v1::CollectiveFrame::kChunkFieldNumber, kLengthDelimited);
 constexpr uint32_t kRankTag = Tag(v1::Chunk::kRankFieldNumber, kVarint);
-constexpr uint32_t kTensorTag = Tag(v1::Chunk::kTensorIndexFieldNumber, kVarint);
+constexpr uint32_t kTensorTag =
+    Tag(v1::Chunk::kTensorIndexFieldNumber, kVarint);
 constexpr uint32_t kOffsetTag = Tag(v1::Chunk::kOffsetFieldNumber, kVarint);
 constexpr uint32_t kDataTag =
     Tag(v1::Chunk::kDataFieldNumber, kLengthDelimited);
@@ -62,7 +63,8 @@ absl::Status DecodeChunk(CodedInputStream& in, uint32_t length,
       case kDataTag: {
         if (have_data) return Malformed("payload appears twice");
         uint32_t size = 0;
-        if (!in.ReadVarint32(&size) || in.BytesUntilLimit() < static_cast<int>(size)) {
+        if (!in.ReadVarint32(&size) ||
+            in.BytesUntilLimit() < static_cast<int>(size)) {
           return Malformed("payload length exceeds the frame");
         }
         have_data = true;
@@ -113,15 +115,14 @@ absl::Status DecodeChunk(CodedInputStream& in, uint32_t length,
 }  // namespace
 
 grpc::ByteBuffer EncodeChunkFrame(const ChunkMeta& meta, const void* data) {
-  const size_t fields =
-      CodedOutputStream::VarintSize32(kRankTag) +
-      CodedOutputStream::VarintSize32(meta.rank) +
-      CodedOutputStream::VarintSize32(kTensorTag) +
-      CodedOutputStream::VarintSize32(meta.tensor_index) +
-      CodedOutputStream::VarintSize32(kOffsetTag) +
-      CodedOutputStream::VarintSize64(meta.offset) +
-      CodedOutputStream::VarintSize32(kDataTag) +
-      CodedOutputStream::VarintSize64(meta.size);
+  const size_t fields = CodedOutputStream::VarintSize32(kRankTag) +
+                        CodedOutputStream::VarintSize32(meta.rank) +
+                        CodedOutputStream::VarintSize32(kTensorTag) +
+                        CodedOutputStream::VarintSize32(meta.tensor_index) +
+                        CodedOutputStream::VarintSize32(kOffsetTag) +
+                        CodedOutputStream::VarintSize64(meta.offset) +
+                        CodedOutputStream::VarintSize32(kDataTag) +
+                        CodedOutputStream::VarintSize64(meta.size);
   const uint64_t chunk_length = fields + meta.size;
   uint8_t prefix[64];
   uint8_t* p = prefix;

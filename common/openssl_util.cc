@@ -19,9 +19,11 @@ absl::Status OpenSslError(absl::string_view what, absl::StatusCode code) {
 }
 
 absl::StatusOr<OpenSslPtr<X509>> ParseCertificatePem(absl::string_view pem) {
-  OpenSslPtr<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  OpenSslPtr<BIO> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   if (bio == nullptr) return OpenSslError("BIO_new_mem_buf");
-  OpenSslPtr<X509> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  OpenSslPtr<X509> cert(
+      PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
   if (cert == nullptr) {
     return OpenSslError("not a PEM certificate",
                         absl::StatusCode::kInvalidArgument);

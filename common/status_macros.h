@@ -8,10 +8,10 @@
 
 // FG_RETURN_IF_ERROR(expr) evaluates `expr` (an absl::Status) and returns it
 // from the enclosing function when it is not OK.
-#define FG_RETURN_IF_ERROR(expr)                    \
-  do {                                              \
-    ::absl::Status fg_status_ = (expr);             \
-    if (!fg_status_.ok()) return fg_status_;        \
+#define FG_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status fg_status_ = (expr);      \
+    if (!fg_status_.ok()) return fg_status_; \
   } while (0)
 
 #define FG_STATUS_MACROS_CONCAT_INNER_(x, y) x##y
@@ -20,8 +20,9 @@
 // FG_ASSIGN_OR_RETURN(lhs, expr) evaluates `expr` (an absl::StatusOr<T>);
 // returns its status when not OK, else move-assigns the value to `lhs`, which
 // may be a declaration (`auto x`) or an existing variable.
-#define FG_ASSIGN_OR_RETURN(lhs, expr) \
-  FG_ASSIGN_OR_RETURN_IMPL_(FG_STATUS_MACROS_CONCAT_(fg_or_, __LINE__), lhs, expr)
+#define FG_ASSIGN_OR_RETURN(lhs, expr)                                       \
+  FG_ASSIGN_OR_RETURN_IMPL_(FG_STATUS_MACROS_CONCAT_(fg_or_, __LINE__), lhs, \
+                            expr)
 
 #define FG_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                              \

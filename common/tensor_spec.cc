@@ -36,9 +36,9 @@ absl::StatusOr<int64_t> ByteSize(const TensorSpec& spec) {
   }
   const int64_t element = static_cast<int64_t>(DTypeSize(spec.dtype));
   if (*numel > std::numeric_limits<int64_t>::max() / element) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor '", spec.name, "' of shape ", ShapeToString(spec.shape),
-        " is too large"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", spec.name, "' of shape ",
+                     ShapeToString(spec.shape), " is too large"));
   }
   return *numel * element;
 }

@@ -39,8 +39,8 @@ std::shared_ptr<Round> CollectiveReactor::round() {
 absl::Status CollectiveReactor::UploadSink::Begin(const ChunkMeta& meta) {
   if (meta.rank != static_cast<uint32_t>(reactor_->rank_)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("a chunk names rank ", meta.rank, " but the stream is rank ",
-                     reactor_->rank_));
+        absl::StrCat("a chunk names rank ", meta.rank,
+                     " but the stream is rank ", reactor_->rank_));
   }
   size_ = meta.size;
   return reactor_->sequence_->Accept(meta.tensor_index, meta.offset, meta.size);
@@ -92,7 +92,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
                                    static_cast<int64_t>(chunk_size), callbacks);
       }
       if (kind == v1::CollectiveFrame::kEnd) {
-        if (absl::Status complete = sequence_->CheckComplete(); !complete.ok()) {
+        if (absl::Status complete = sequence_->CheckComplete();
+            !complete.ok()) {
           return complete;
         }
         Sha256Digest claimed;
@@ -104,7 +105,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
         if (claimed != actual) {
           return absl::DataLossError(absl::StrCat(
               "the contribution's declared SHA-256 ", DigestToHex(claimed),
-              " does not match its bytes, which hash to ", DigestToHex(actual)));
+              " does not match its bytes, which hash to ",
+              DigestToHex(actual)));
         }
         phase_ = Phase::kEnded;
         round()->EndContribution(rank_, actual, callbacks);
@@ -120,7 +122,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
 
 absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     const v1::CollectiveHeader& header, PendingCallbacks* callbacks) {
-  absl::StatusOr<GroupState*> group = registry_->Find(header.group(), identity_);
+  absl::StatusOr<GroupState*> group =
+      registry_->Find(header.group(), identity_);
   if (!group.ok()) return group.status();
   absl::StatusOr<Fingerprint> fingerprint = FingerprintFromProto(
       header.tensors(),

@@ -35,9 +35,8 @@ absl::Status ValidateGroup(const GroupConfig& group, absl::string_view where) {
           where, ": group '", group.name, "' lists an empty identity"));
     }
     if (!seen.insert(member).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": group '", group.name, "' lists '", member,
-                       "' twice"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": group '", group.name, "' lists '", member, "' twice"));
     }
   }
   return absl::OkStatus();
@@ -114,9 +113,9 @@ absl::StatusOr<std::vector<GroupConfig>> LoadGroupsFile(
 
 absl::Status NotAMemberError(absl::string_view identity,
                              absl::string_view group) {
-  return absl::PermissionDeniedError(absl::StrCat(
-      "identity '", identity, "' may not use group '", group,
-      "' (no such group, or the identity is not a member)"));
+  return absl::PermissionDeniedError(
+      absl::StrCat("identity '", identity, "' may not use group '", group,
+                   "' (no such group, or the identity is not a member)"));
 }
 
 absl::StatusOr<GroupConfig> ParseGroupFlag(absl::string_view flag) {
@@ -137,8 +136,8 @@ absl::StatusOr<GroupConfig> ParseGroupFlag(absl::string_view flag) {
                         &group.world_size)) {
     return bad("the world size is not a number");
   }
-  group.members = absl::StrSplit(flag.substr(equals + 1), ',',
-                                 absl::SkipWhitespace());
+  group.members =
+      absl::StrSplit(flag.substr(equals + 1), ',', absl::SkipWhitespace());
   FG_RETURN_IF_ERROR(ValidateGroup(group, "--group"));
   return group;
 }

@@ -29,7 +29,8 @@ absl::StatusOr<std::vector<GroupConfig>> ParseGroupsYaml(
     absl::string_view yaml, absl::string_view source);
 
 // LoadGroupsFile reads and parses `path`.
-absl::StatusOr<std::vector<GroupConfig>> LoadGroupsFile(const std::string& path);
+absl::StatusOr<std::vector<GroupConfig>> LoadGroupsFile(
+    const std::string& path);
 
 // ParseGroupFlag parses "NAME:WORLD_SIZE=ID1,ID2,..." (the --group flag).
 absl::StatusOr<GroupConfig> ParseGroupFlag(absl::string_view flag);

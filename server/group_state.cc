@@ -65,9 +65,9 @@ absl::Status GroupState::Join(const std::string& identity,
         std::find_if(members_.begin(), members_.end(),
                      [&](const Member& m) { return m.identity == identity; });
     if (member == members_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          Describe(), " is formed with all ", config_.world_size,
-          " members; join again after it ends"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(Describe(), " is formed with all ", config_.world_size,
+                       " members; join again after it ends"));
     }
     EndEpochLocked(
         absl::UnavailableError(absl::StrCat(
@@ -81,13 +81,12 @@ absl::Status GroupState::Join(const std::string& identity,
           "identity '", identity, "' is already waiting to join ", group));
     }
     if (requested >= 0 && w.requested_rank == requested) {
-      return absl::AlreadyExistsError(absl::StrCat("rank ", requested, " of ",
-                                                   group, " is already taken by '",
-                                                   w.identity, "'"));
+      return absl::AlreadyExistsError(
+          absl::StrCat("rank ", requested, " of ", group,
+                       " is already taken by '", w.identity, "'"));
     }
   }
-  waiting_.push_back(
-      Waiting{identity, requested, session, session.get(), now});
+  waiting_.push_back(Waiting{identity, requested, session, session.get(), now});
   Emit(EventKind::kMemberJoined, requested, identity, absl::OkStatus(),
        callbacks);
   if (static_cast<int>(waiting_.size()) == config_.world_size) {
@@ -211,9 +210,9 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
   }
   const int world = config_.world_size;
   if (header.rank() >= static_cast<uint32_t>(world)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(), ": rank ", header.rank(), " is out of range for world size ",
-        world));
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": rank ", header.rank(),
+                     " is out of range for world size ", world));
   }
   Member& member = members_[header.rank()];
   if (member.identity != identity) {
@@ -222,12 +221,12 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
         header.rank(), ", which is bound to another identity"));
   }
   if (header.seq() != member.next_seq) {
-    const absl::Status out_of_order = absl::FailedPreconditionError(
-        absl::StrCat(Describe(), ": rank ", header.rank(), " (", identity,
-                     ") sent seq ", header.seq(),
-                     " but its next collective is seq ", member.next_seq,
-                     "; the ranks are calling collectives in a different "
-                     "order, so the epoch ended; join again"));
+    const absl::Status out_of_order =
+        absl::FailedPreconditionError(absl::StrCat(
+            Describe(), ": rank ", header.rank(), " (", identity, ") sent seq ",
+            header.seq(), " but its next collective is seq ", member.next_seq,
+            "; the ranks are calling collectives in a different "
+            "order, so the epoch ended; join again"));
     EndEpochLocked(out_of_order, nullptr, callbacks);
     return out_of_order;
   }
@@ -280,12 +279,12 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
     for (const std::string& id : config_.members) {
       if (joined.count(id) == 0) missing.push_back(id);
     }
-    const absl::Status timeout = absl::DeadlineExceededError(absl::StrCat(
-        "group '", config_.name, "' did not form within ",
-        absl::FormatDuration(limits_.join_timeout), ": ", waiting_.size(),
-        " of ", config_.world_size, " members joined (",
-        absl::StrJoin(joined, ", "), "); not joined: ",
-        absl::StrJoin(missing, ", ")));
+    const absl::Status timeout = absl::DeadlineExceededError(
+        absl::StrCat("group '", config_.name, "' did not form within ",
+                     absl::FormatDuration(limits_.join_timeout), ": ",
+                     waiting_.size(), " of ", config_.world_size,
+                     " members joined (", absl::StrJoin(joined, ", "),
+                     "); not joined: ", absl::StrJoin(missing, ", ")));
     std::weak_ptr<SessionStream> weak = it->session;
     callbacks->Add([weak, timeout] {
       if (auto session = weak.lock()) session->Close(timeout);

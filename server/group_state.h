@@ -63,9 +63,9 @@ class GroupState {
   // form; when it is the last one, every waiting session gets SendJoined.
   // Errors (the session should be finished with them):
   //   PERMISSION_DENIED   the identity is not a member of the group
-  //   INVALID_ARGUMENT    world size differs from the group's, rank out of range
-  //   ALREADY_EXISTS      the identity is already waiting, or the rank is taken
-  //   FAILED_PRECONDITION the group is formed and full
+  //   INVALID_ARGUMENT    world size differs from the group's, rank out of
+  //   range ALREADY_EXISTS      the identity is already waiting, or the rank is
+  //   taken FAILED_PRECONDITION the group is formed and full
   // A current member that joins again ends the epoch first (it restarted).
   absl::Status Join(const std::string& identity, const v1::JoinRequest& request,
                     std::shared_ptr<SessionStream> session, absl::Time now,

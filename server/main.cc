@@ -26,10 +26,11 @@ using fedgather::server::ServerEvent;
 class StderrEventLog : public EventSink {
  public:
   void OnEvent(const ServerEvent& event) override {
-    std::string line = absl::StrCat(
-        absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
-        " ", EventKindName(event.kind), " group=", event.group,
-        " epoch=", event.epoch);
+    std::string line =
+        absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
+                                      absl::UTCTimeZone()),
+                     " ", EventKindName(event.kind), " group=", event.group,
+                     " epoch=", event.epoch);
     if (event.kind != fedgather::server::EventKind::kGroupFormed &&
         event.kind != fedgather::server::EventKind::kGroupDissolved &&
         event.kind != fedgather::server::EventKind::kJoinRefused &&
@@ -37,9 +38,11 @@ class StderrEventLog : public EventSink {
       absl::StrAppend(&line, " seq=", event.seq);
     }
     if (event.rank >= 0) absl::StrAppend(&line, " rank=", event.rank);
-    if (!event.identity.empty()) absl::StrAppend(&line, " identity=", event.identity);
+    if (!event.identity.empty())
+      absl::StrAppend(&line, " identity=", event.identity);
     if (event.bytes > 0) absl::StrAppend(&line, " bytes=", event.bytes);
-    if (!event.status.ok()) absl::StrAppend(&line, " status=", event.status.ToString());
+    if (!event.status.ok())
+      absl::StrAppend(&line, " status=", event.status.ToString());
     absl::MutexLock lock(&mu_);
     std::cerr << line << std::endl;
   }
@@ -60,7 +63,8 @@ int main(int argc, char** argv) {
   double round_timeout = 300, join_timeout = 300, heartbeat_interval = 1,
          heartbeat_timeout = 5;
   int64_t max_buffered_mib = 256;
-  app.add_option("--listen", listen, "HOST:PORT to listen on (port 0 picks one)")
+  app.add_option("--listen", listen,
+                 "HOST:PORT to listen on (port 0 picks one)")
       ->capture_default_str();
   app.add_option("--port-file", port_file, "write the bound port to this file");
   app.add_option("--cert", cert, "server certificate PEM")->required();
@@ -99,7 +103,8 @@ int main(int argc, char** argv) {
   if (!groups_file.empty()) {
     auto groups = fedgather::server::LoadGroupsFile(groups_file);
     if (!groups.ok()) {
-      std::cerr << "fedgather-server: " << groups.status().message() << std::endl;
+      std::cerr << "fedgather-server: " << groups.status().message()
+                << std::endl;
       return 2;
     }
     options.groups = *std::move(groups);
@@ -107,7 +112,8 @@ int main(int argc, char** argv) {
   for (const std::string& flag : group_flags) {
     auto group = fedgather::server::ParseGroupFlag(flag);
     if (!group.ok()) {
-      std::cerr << "fedgather-server: " << group.status().message() << std::endl;
+      std::cerr << "fedgather-server: " << group.status().message()
+                << std::endl;
       return 2;
     }
     options.groups.push_back(*std::move(group));

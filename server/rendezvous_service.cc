@@ -13,7 +13,8 @@ absl::StatusOr<std::string> PeerIdentity(
     const grpc::CallbackServerContext& context) {
   std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
   if (auth == nullptr || !auth->IsPeerAuthenticated()) {
-    return absl::UnauthenticatedError("the peer presented no client certificate");
+    return absl::UnauthenticatedError(
+        "the peer presented no client certificate");
   }
   std::vector<grpc::string_ref> pems =
       auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
@@ -23,8 +24,9 @@ absl::StatusOr<std::string> PeerIdentity(
   absl::StatusOr<std::string> identity = IdentityFromCertificatePem(
       absl::string_view(pems.front().data(), pems.front().size()));
   if (!identity.ok()) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        "no identity in the client certificate: ", identity.status().message()));
+    return absl::UnauthenticatedError(
+        absl::StrCat("no identity in the client certificate: ",
+                     identity.status().message()));
   }
   return identity;
 }

@@ -12,10 +12,9 @@
 
 namespace fedgather::server {
 
-class RendezvousService
-    : public v1::Rendezvous::WithCallbackMethod_Session<
-          v1::Rendezvous::WithRawCallbackMethod_Collective<
-              v1::Rendezvous::Service>> {
+class RendezvousService : public v1::Rendezvous::WithCallbackMethod_Session<
+                              v1::Rendezvous::WithRawCallbackMethod_Collective<
+                                  v1::Rendezvous::Service>> {
  public:
   // `registry` must outlive the service.
   RendezvousService(GroupRegistry* registry, int64_t max_chunk_bytes,

@@ -69,8 +69,9 @@ absl::Status Round::Attach(int rank, v1::Op op, const Fingerprint& fingerprint,
   }
   RankState& state = ranks_[rank];
   if (state.attached) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " already has a stream in this round"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), ": ", RankName(rank),
+                     " already has a stream in this round"));
   }
   if (first_rank_ < 0) {
     op_ = op;
@@ -86,9 +87,9 @@ absl::Status Round::Attach(int rank, v1::Op op, const Fingerprint& fingerprint,
   } else if (absl::Status same = CompareFingerprints(
                  op_, first_rank_, first_fingerprint_, rank, fingerprint);
              !same.ok()) {
-    const absl::Status mismatch = absl::InvalidArgumentError(absl::StrCat(
-        Describe(), " (", OpName(op_), "): ", same.message(), "; ",
-        RankName(rank), ", ", RankName(first_rank_)));
+    const absl::Status mismatch = absl::InvalidArgumentError(
+        absl::StrCat(Describe(), " (", OpName(op_), "): ", same.message(), "; ",
+                     RankName(rank), ", ", RankName(first_rank_)));
     FailLocked(mismatch, callbacks);
     return mismatch;
   }
@@ -205,8 +206,7 @@ Outgoing Round::NextOutgoing(int rank) {
     out.status = absl::CancelledError("the stream closed");
     return out;
   }
-  while (state.cursor < log_.size() &&
-         log_[state.cursor].source_rank == rank) {
+  while (state.cursor < log_.size() && log_[state.cursor].source_rank == rank) {
     ++state.cursor;
   }
   if (state.cursor < log_.size()) {
@@ -252,10 +252,10 @@ void Round::StreamLost(int rank, absl::string_view why,
     Wake(rank, callbacks);
     return;
   }
-  FailLocked(absl::UnavailableError(absl::StrCat(Describe(), ": ",
-                                                 RankName(rank), " ", why,
-                                                 " before the round completed")),
-             callbacks);
+  FailLocked(
+      absl::UnavailableError(absl::StrCat(Describe(), ": ", RankName(rank), " ",
+                                          why, " before the round completed")),
+      callbacks);
 }
 
 void Round::Fail(const absl::Status& status, PendingCallbacks* callbacks) {
@@ -292,20 +292,20 @@ std::string Round::ProgressLocked() const {
                                      " of ", state.expected_bytes, " bytes"));
     }
   }
-  return absl::StrCat(
-      "missing contributions: ", absl::StrJoin(missing, "; "),
-      done.empty() ? "" : absl::StrCat("; complete: ranks ",
-                                       absl::StrJoin(done, ", ")));
+  return absl::StrCat("missing contributions: ", absl::StrJoin(missing, "; "),
+                      done.empty() ? ""
+                                   : absl::StrCat("; complete: ranks ",
+                                                  absl::StrJoin(done, ", ")));
 }
 
 void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished() || now < options_.deadline) return;
-  FailLocked(absl::DeadlineExceededError(absl::StrCat(
-                 Describe(), " exceeded its deadline of ",
-                 absl::FormatDuration(options_.timeout), "; ",
-                 ProgressLocked())),
-             callbacks);
+  FailLocked(
+      absl::DeadlineExceededError(absl::StrCat(
+          Describe(), " exceeded its deadline of ",
+          absl::FormatDuration(options_.timeout), "; ", ProgressLocked())),
+      callbacks);
 }
 
 }  // namespace fedgather::server

@@ -67,7 +67,7 @@ struct RoundOptions {
   int64_t max_buffered_bytes = 256 << 20;
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration timeout = absl::InfiniteDuration();  // for messages only
-  EventSink* events = nullptr;                          // may be null
+  EventSink* events = nullptr;                        // may be null
   // Called once, through PendingCallbacks, when the round has completed (OK)
   // or failed (its status).
   std::function<void(uint64_t seq, const absl::Status& outcome)> on_finished;
@@ -111,8 +111,7 @@ class Round {
 
   // StreamLost reports that `rank`'s stream closed or was cancelled. Before
   // completion this fails the round with UNAVAILABLE naming the rank.
-  void StreamLost(int rank, absl::string_view why,
-                  PendingCallbacks* callbacks);
+  void StreamLost(int rank, absl::string_view why, PendingCallbacks* callbacks);
 
   // Fail fails the round with `status` on every rank; the first failure
   // sticks and later calls do nothing. No effect once the round completed.
@@ -133,8 +132,8 @@ class Round {
   struct LogEntry {
     int source_rank;
     grpc::ByteBuffer frame;
-    int64_t bytes;        // counted against max_buffered_bytes
-    int pending_writes;   // receivers that have not written it yet
+    int64_t bytes;       // counted against max_buffered_bytes
+    int pending_writes;  // receivers that have not written it yet
   };
   struct RankState {
     bool attached = false;

@@ -20,8 +20,8 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
                       SafetensorsFile::ReadFile(options.input));
   const std::vector<ConstHostTensor> inputs = input.Views();
   if (inputs.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options.input, " holds no tensors; nothing to contribute"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.input, " holds no tensors; nothing to contribute"));
   }
   ClientOptions client_options;
   client_options.server_address = options.server;
@@ -68,14 +68,14 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
     written.push_back(ConstHostTensor{out.spec, out.data});
   }
   FG_RETURN_IF_ERROR(WriteSafetensorsFile(options.output, written, metadata));
-  std::printf("%s\n",
-              absl::StrFormat(
-                  "joined group '%s' as rank %d of %d (epoch %d); gathered %d "
-                  "tensor(s), %.1f MiB, in %.3f s; wrote %s",
-                  group->name(), group->rank(), world, group->epoch(),
-                  inputs.size(), total_bytes / 1048576.0,
-                  absl::ToDoubleSeconds(took), options.output)
-                  .c_str());
+  std::printf(
+      "%s\n",
+      absl::StrFormat(
+          "joined group '%s' as rank %d of %d (epoch %d); gathered %d "
+          "tensor(s), %.1f MiB, in %.3f s; wrote %s",
+          group->name(), group->rank(), world, group->epoch(), inputs.size(),
+          total_bytes / 1048576.0, absl::ToDoubleSeconds(took), options.output)
+          .c_str());
   return absl::OkStatus();
 }
 

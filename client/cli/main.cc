@@ -29,13 +29,17 @@ int main(int argc, char** argv) {
   std::string server_names = "localhost,127.0.0.1";
   std::string participants;
   CLI::App* provision_cmd = app.add_subcommand(
-      "provision", "create a CA, server and participant certificates, and groups.yaml");
-  provision_cmd->add_option("--out", provision.out_dir, "output directory")->required();
-  provision_cmd->add_option("--server-names", server_names,
-                            "comma-separated DNS names and IPs of the server")
+      "provision",
+      "create a CA, server and participant certificates, and groups.yaml");
+  provision_cmd->add_option("--out", provision.out_dir, "output directory")
+      ->required();
+  provision_cmd
+      ->add_option("--server-names", server_names,
+                   "comma-separated DNS names and IPs of the server")
       ->capture_default_str();
-  provision_cmd->add_option("--participants", participants,
-                            "comma-separated participant names, e.g. site-1,site-2")
+  provision_cmd
+      ->add_option("--participants", participants,
+                   "comma-separated participant names, e.g. site-1,site-2")
       ->required();
   provision_cmd->add_option("--group", provision.group, "group to declare")
       ->capture_default_str();
@@ -43,26 +47,32 @@ int main(int argc, char** argv) {
   fedgather::cli::JoinCommandOptions join;
   int rank = -1;
   double timeout_s = 300;
-  CLI::App* join_cmd =
-      app.add_subcommand("join", "contribute a safetensors file to an all_gather");
+  CLI::App* join_cmd = app.add_subcommand(
+      "join", "contribute a safetensors file to an all_gather");
   join_cmd->add_option("--server", join.server, "HOST:PORT")->required();
-  join_cmd->add_option("--tls-dir", join.tls_dir,
-                       "directory with cert.pem, key.pem, ca.pem")
+  join_cmd
+      ->add_option("--tls-dir", join.tls_dir,
+                   "directory with cert.pem, key.pem, ca.pem")
       ->required();
   join_cmd->add_option("--group", join.group, "group name")->required();
   join_cmd->add_option("--world-size", join.world_size, "members in the group")
       ->required();
   join_cmd->add_option("--input", join.input, "input .safetensors")->required();
-  join_cmd->add_option("--output", join.output, "output .safetensors")->required();
+  join_cmd->add_option("--output", join.output, "output .safetensors")
+      ->required();
   join_cmd->add_option("--rank", rank, "rank to ask for (default: assigned)");
-  join_cmd->add_option("--timeout", timeout_s, "seconds to wait for the group and the round")
+  join_cmd
+      ->add_option("--timeout", timeout_s,
+                   "seconds to wait for the group and the round")
       ->capture_default_str();
 
   CLI11_PARSE(app, argc, argv);
 
   if (*provision_cmd) {
-    provision.server_names = absl::StrSplit(server_names, ',', absl::SkipEmpty());
-    provision.participants = absl::StrSplit(participants, ',', absl::SkipEmpty());
+    provision.server_names =
+        absl::StrSplit(server_names, ',', absl::SkipEmpty());
+    provision.participants =
+        absl::StrSplit(participants, ',', absl::SkipEmpty());
     return Report("provision", fedgather::Provision(provision));
   }
   if (rank >= 0) join.rank = rank;

@@ -40,16 +40,17 @@ TEST(GroupTorchTest, AllGatherVariantsMatchTorchStack) {
     auto map = (*group)->AllGather(inputs);
     ASSERT_TRUE(map.ok()) << map.status();
     EXPECT_TRUE(at::equal(map->at("w"), expected.to(at::kBFloat16)));
-    EXPECT_TRUE(at::equal(map->at("count"),
-                          at::arange(10, 13, at::kLong)));
+    EXPECT_TRUE(at::equal(map->at("count"), at::arange(10, 13, at::kLong)));
     EXPECT_EQ(map->at("empty").sizes(), (at::IntArrayRef{3, 0, 2}));
 
     // all_gather_v: rank r sends r + 1 rows.
-    auto parts = (*group)->AllGatherV(at::full({i + 1, 2}, double(i), at::kDouble));
+    auto parts =
+        (*group)->AllGatherV(at::full({i + 1, 2}, double(i), at::kDouble));
     ASSERT_TRUE(parts.ok()) << parts.status();
     ASSERT_EQ(parts->size(), 3u);
     for (int r = 0; r < 3; ++r) {
-      EXPECT_TRUE(at::equal((*parts)[r], at::full({r + 1, 2}, double(r), at::kDouble)));
+      EXPECT_TRUE(
+          at::equal((*parts)[r], at::full({r + 1, 2}, double(r), at::kDouble)));
     }
 
     // A non-contiguous input is refused locally with a clear error.

@@ -85,9 +85,10 @@ void GatherAndCheck(const TestCluster& cluster,
       const size_t part = ByteSize(specs[t]).value();
       for (int r = 0; r < world; ++r) {
         const std::vector<uint8_t>& expected = inputs[site_of_rank[r]].bytes[t];
-        ASSERT_EQ(0, part == 0 ? 0
-                              : std::memcmp(outputs[i]->bytes[t].data() + r * part,
-                                            expected.data(), part))
+        ASSERT_EQ(0, part == 0
+                         ? 0
+                         : std::memcmp(outputs[i]->bytes[t].data() + r * part,
+                                       expected.data(), part))
             << "site " << i << " tensor " << specs[t].name << " rank " << r;
       }
     }
@@ -122,8 +123,8 @@ TEST(AllGatherTest, ZeroElementTensor) {
   ClusterOptions options;
   options.participants = 2;
   TestCluster cluster(options);
-  GatherAndCheck(cluster, {{"empty", DType::kF32, {0, 5}},
-                           {"one", DType::kU8, {1}}});
+  GatherAndCheck(cluster,
+                 {{"empty", DType::kF32, {0, 5}}, {"one", DType::kU8, {1}}});
 }
 
 TEST(AllGatherTest, RanksFollowRequestsThenSortedIdentities) {
@@ -174,7 +175,8 @@ TEST(AllGatherTest, ManyRoundsInOneGroupAndAllGatherV) {
     std::vector<std::vector<float>> parts(3);
     std::vector<std::vector<int64_t>> shapes(3);
     const absl::Status v = (*group)->AllGatherV(
-        {&in, 1}, [&](int rank, int, const TensorSpec& spec) -> absl::StatusOr<void*> {
+        {&in, 1},
+        [&](int rank, int, const TensorSpec& spec) -> absl::StatusOr<void*> {
           shapes[rank] = spec.shape;
           parts[rank].resize(ByteSize(spec).value() / sizeof(float));
           return parts[rank].data();

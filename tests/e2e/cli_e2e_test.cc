@@ -9,8 +9,8 @@
 
 #include <cstring>
 #include <map>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,15 +29,20 @@ using ::testing::HasSubstr;
 pid_t StartJoin(const TestCluster& cluster, int site, int world,
                 const std::string& input, const std::string& output) {
   std::vector<std::string> args = {
-      FEDGATHER_CLI_PATH, "join", "--server", cluster.address(),
-      "--tls-dir", cluster.dir() + "/" + TestCluster::Site(site),
-      "--group", "demo", "--world-size", std::to_string(world),
-      "--input", input, "--output", output, "--timeout", "60"};
+      FEDGATHER_CLI_PATH, "join",
+      "--server",         cluster.address(),
+      "--tls-dir",        cluster.dir() + "/" + TestCluster::Site(site),
+      "--group",          "demo",
+      "--world-size",     std::to_string(world),
+      "--input",          input,
+      "--output",         output,
+      "--timeout",        "60"};
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  EXPECT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ),
+            0);
   return pid;
 }
 
@@ -57,22 +62,25 @@ std::string WriteInput(const TestCluster& cluster, int site,
   for (size_t t = 0; t < specs.size(); ++t) {
     views.push_back({specs[t], bytes->at(t).data()});
   }
-  const std::string path = absl::StrCat(cluster.dir(), "/in-", site, ".safetensors");
+  const std::string path =
+      absl::StrCat(cluster.dir(), "/in-", site, ".safetensors");
   EXPECT_TRUE(WriteSafetensorsFile(path, views, {}).ok());
   return path;
 }
 
 TEST(CliTest, FourParticipantsGatherTheirFiles) {
   TestCluster cluster(ClusterOptions(4));
-  const std::vector<TensorSpec> specs = {{"layer.weight", DType::kF32, {64, 33}},
-                                         {"layer.bias", DType::kF16, {33}},
-                                         {"steps", DType::kI64, {}}};
+  const std::vector<TensorSpec> specs = {
+      {"layer.weight", DType::kF32, {64, 33}},
+      {"layer.bias", DType::kF16, {33}},
+      {"steps", DType::kI64, {}}};
   std::vector<std::vector<std::vector<uint8_t>>> inputs(4);
   std::vector<pid_t> pids;
   for (int i = 0; i < 4; ++i) {
     const std::string in = WriteInput(cluster, i, specs, &inputs[i]);
-    pids.push_back(StartJoin(cluster, i, 4, in,
-                             absl::StrCat(cluster.dir(), "/out-", i, ".safetensors")));
+    pids.push_back(
+        StartJoin(cluster, i, 4, in,
+                  absl::StrCat(cluster.dir(), "/out-", i, ".safetensors")));
   }
   for (pid_t pid : pids) EXPECT_EQ(WaitExit(pid), 0);
 
@@ -126,12 +134,15 @@ TEST(CliTest, ParticipantKilledMidUploadFailsTheOthersNamingIt) {
   ConstHostTensor input{{"big", DType::kU8, {32 << 20}}, mine.data()};
   MutableHostTensor output{{"big", DType::kU8, {3, 32 << 20}}, out.data()};
   absl::Status first;
-  std::thread rank_a([&] { first = groups[0]->AllGatherInto({&input, 1}, {&output, 1}); });
+  std::thread rank_a([&] {
+    first = groups[0]->AllGatherInto({&input, 1}, {&output, 1});
+  });
   // Kill the CLI once its upload has started; it cannot finish, because
   // site-3 is not receiving yet and the round buffer holds only 1 MiB.
   // Ranks follow sorted identities: site-2 is rank 1.
   const int victim_rank = 1;
-  ASSERT_EQ(groups[0]->identities()[victim_rank], ParticipantIdentity("site-2"));
+  ASSERT_EQ(groups[0]->identities()[victim_rank],
+            ParticipantIdentity("site-2"));
   ASSERT_TRUE(cluster.events().WaitFor(
       [&](const server::ServerEvent& e) {
         return e.kind == server::EventKind::kContributionStarted &&
@@ -143,7 +154,8 @@ TEST(CliTest, ParticipantKilledMidUploadFailsTheOthersNamingIt) {
   rank_a.join();
   std::vector<uint8_t> out_b(3 * mine.size());
   MutableHostTensor output_b{{"big", DType::kU8, {3, 32 << 20}}, out_b.data()};
-  const absl::Status second = groups[2]->AllGatherInto({&input, 1}, {&output_b, 1});
+  const absl::Status second =
+      groups[2]->AllGatherInto({&input, 1}, {&output_b, 1});
   const std::string culprit =
       absl::StrCat("rank ", victim_rank, " (spiffe://fedgather/site-2)");
   for (const absl::Status& s : {first, second}) {

@@ -1,8 +1,8 @@
 // Every error of the core, end to end over mutual TLS: every rank gets the
 // same status, the message names the ranks and values, and the server keeps
 // serving the next round.
-#include <grpcpp/create_channel.h>
 #include <gmock/gmock.h>
+#include <grpcpp/create_channel.h>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -22,8 +22,8 @@ using ::testing::HasSubstr;
 
 std::unique_ptr<Group> MustJoin(const TestCluster& cluster, Client& client,
                                 int rank) {
-  auto group = client.Join(
-      {"demo", cluster.participants(), rank, absl::Seconds(30)});
+  auto group =
+      client.Join({"demo", cluster.participants(), rank, absl::Seconds(30)});
   EXPECT_TRUE(group.ok()) << group.status();
   return group.ok() ? *std::move(group) : nullptr;
 }
@@ -67,7 +67,8 @@ struct Members {
   }
 
   void ExpectNextRoundWorks() {
-    for (const absl::Status& s : Run([&](int i) { return GatherRanks(*groups[i]); })) {
+    for (const absl::Status& s :
+         Run([&](int i) { return GatherRanks(*groups[i]); })) {
       EXPECT_TRUE(s.ok()) << s;
     }
   }
@@ -102,8 +103,10 @@ TEST(MismatchTest, ShapeMismatchFailsEveryRankWithTheSameStatus) {
   ExpectSameStatusEverywhere(statuses, absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(statuses[0].message()), HasSubstr("tensor 'w'"));
   EXPECT_THAT(std::string(statuses[0].message()), HasSubstr("shape"));
-  EXPECT_THAT(std::string(statuses[0].message()), HasSubstr("rank 0 (spiffe://fedgather/site-1)"));
-  EXPECT_THAT(std::string(statuses[0].message()), HasSubstr("rank 1 (spiffe://fedgather/site-2)"));
+  EXPECT_THAT(std::string(statuses[0].message()),
+              HasSubstr("rank 0 (spiffe://fedgather/site-1)"));
+  EXPECT_THAT(std::string(statuses[0].message()),
+              HasSubstr("rank 1 (spiffe://fedgather/site-2)"));
   members.ExpectNextRoundWorks();
 }
 
@@ -191,7 +194,8 @@ TEST(DisconnectTest, MemberLeavingMidRoundFailsOthersPromptly) {
     took[i] = absl::Now() - start;
   });
   for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(statuses[i].code(), absl::StatusCode::kUnavailable) << statuses[i];
+    EXPECT_EQ(statuses[i].code(), absl::StatusCode::kUnavailable)
+        << statuses[i];
     EXPECT_THAT(std::string(statuses[i].message()),
                 HasSubstr("rank 2 (spiffe://fedgather/site-3)"));
     EXPECT_LT(took[i], absl::Seconds(10));  // far below the 120 s deadline
@@ -206,10 +210,12 @@ TEST(RefusalTest, ClientWithoutCertificateIsRefused) {
   TlsFiles tls = cluster.TlsFor(TestCluster::Site(0));
   grpc::SslCredentialsOptions ssl;
   ssl.pem_root_certs = tls.ca_pem;  // no client certificate
-  auto channel = grpc::CreateChannel(cluster.address(), grpc::SslCredentials(ssl));
+  auto channel =
+      grpc::CreateChannel(cluster.address(), grpc::SslCredentials(ssl));
   auto stub = v1::Rendezvous::NewStub(channel);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
   auto stream = stub->Session(&context);
   v1::SessionRequest join;
   join.mutable_join()->set_group("demo");
@@ -249,7 +255,8 @@ TEST(RefusalTest, JoinErrorsNameWhatWasWrong) {
   auto member = cluster.Connect(TestCluster::Site(0));
   auto unknown = member->Join({"nope", 2, std::nullopt, absl::Seconds(10)});
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(std::string(unknown.status().message()), HasSubstr("no such group, or"));
+  EXPECT_THAT(std::string(unknown.status().message()),
+              HasSubstr("no such group, or"));
   auto world = member->Join({"demo", 3, std::nullopt, absl::Seconds(10)});
   EXPECT_EQ(world.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(world.status().message()), HasSubstr("world size 2"));
@@ -314,7 +321,8 @@ class RawCollective {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::CollectiveFrame, v1::CollectiveFrame>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::CollectiveFrame, v1::CollectiveFrame>>
       stream_;
 };
 
@@ -345,8 +353,10 @@ TEST(ProtocolTest, ChunkPastDeclaredSizeFailsTheRoundEverywhere) {
   const absl::Status honest = GatherRanks(*members.groups[0]);
   const grpc::Status raw_status = raw.Finish();
   EXPECT_EQ(honest.code(), absl::StatusCode::kInvalidArgument) << honest;
-  EXPECT_THAT(std::string(honest.message()), HasSubstr("past its declared size of 4 bytes"));
-  EXPECT_THAT(std::string(honest.message()), HasSubstr("rank 1 (spiffe://fedgather/site-2)"));
+  EXPECT_THAT(std::string(honest.message()),
+              HasSubstr("past its declared size of 4 bytes"));
+  EXPECT_THAT(std::string(honest.message()),
+              HasSubstr("rank 1 (spiffe://fedgather/site-2)"));
   EXPECT_EQ(raw_status.error_message(), std::string(honest.message()));
 }
 

@@ -47,9 +47,8 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   EXPECT_TRUE(provisioned.ok()) << provisioned;
 
   server::ServerOptions server_options;
-  absl::StatusOr<TlsFiles> tls =
-      ReadTlsFiles(dir_ + "/server/cert.pem", dir_ + "/server/key.pem",
-                   dir_ + "/ca.pem");
+  absl::StatusOr<TlsFiles> tls = ReadTlsFiles(
+      dir_ + "/server/cert.pem", dir_ + "/server/key.pem", dir_ + "/ca.pem");
   EXPECT_TRUE(tls.ok()) << tls.status();
   server_options.tls = *tls;
   server::GroupConfig demo;

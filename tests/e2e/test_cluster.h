@@ -34,9 +34,9 @@ class RecordingEvents : public server::EventSink {
 
 struct ClusterOptions {
   ClusterOptions(int n = 2) : participants(n) {}  // NOLINT: implicit on purpose
-  int participants;                 // site-1..site-N, all in group "demo"
-  std::vector<std::string> extra;   // provisioned but not in any group
-  server::GroupLimits limits;       // events are set by the cluster
+  int participants;                // site-1..site-N, all in group "demo"
+  std::vector<std::string> extra;  // provisioned but not in any group
+  server::GroupLimits limits;      // events are set by the cluster
 };
 
 class TestCluster {

@@ -21,6 +21,15 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
       options.limits.max_chunk_bytes > (int64_t{4} << 20)) {
     return absl::InvalidArgumentError("max chunk bytes must be 1..4 MiB");
   }
+  if (options.limits.heartbeat_interval <= absl::ZeroDuration() ||
+      options.limits.heartbeat_interval * 2 >
+          options.limits.heartbeat_timeout) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the heartbeat interval (",
+        absl::FormatDuration(options.limits.heartbeat_interval),
+        ") must be positive and at most half the heartbeat timeout (",
+        absl::FormatDuration(options.limits.heartbeat_timeout), ")"));
+  }
   std::unique_ptr<FedgatherServer> server(
       new FedgatherServer(std::move(options)));
   grpc::ServerBuilder builder;

@@ -1,6 +1,7 @@
 // The `fedgather join` CLI as real processes against a real server over
 // mutual TLS: a 4-participant all_gather checked byte for byte, and a
 // participant killed with SIGKILL mid-upload.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -15,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/provision.h"
+#include "common/file_io.h"
 #include "common/safetensors.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -25,9 +27,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Starts `fedgather join` for `site`; returns its pid.
+// Starts `fedgather join` for `site`; returns its pid. With `stderr_path`
+// set, the process's stderr goes to that file.
 pid_t StartJoin(const TestCluster& cluster, int site, int world,
-                const std::string& input, const std::string& output) {
+                const std::string& input, const std::string& output,
+                const std::string& stderr_path = "") {
   std::vector<std::string> args = {
       FEDGATHER_CLI_PATH, "join",
       "--server",         cluster.address(),
@@ -40,9 +44,16 @@ pid_t StartJoin(const TestCluster& cluster, int site, int world,
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (!stderr_path.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
   pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ),
+  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ),
             0);
+  posix_spawn_file_actions_destroy(&actions);
   return pid;
 }
 
@@ -162,6 +173,55 @@ TEST(CliTest, ParticipantKilledMidUploadFailsTheOthersNamingIt) {
     EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr(culprit));
   }
+}
+
+TEST(CliTest, TruncatedInputFileIsRefusedBeforeJoining) {
+  TestCluster cluster(ClusterOptions(2));
+  std::vector<std::vector<uint8_t>> bytes;
+  const std::string in =
+      WriteInput(cluster, 0, {{"w", DType::kF32, {64}}}, &bytes);
+  absl::StatusOr<std::string> whole = ReadFileToString(in);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE(WriteStringToFile(in, whole->substr(0, whole->size() - 10)).ok());
+  const std::string err = cluster.dir() + "/err.txt";
+  EXPECT_EQ(WaitExit(StartJoin(cluster, 0, 2, in, cluster.dir() + "/o", err)),
+            1);
+  absl::StatusOr<std::string> message = ReadFileToString(err);
+  ASSERT_TRUE(message.ok());
+  EXPECT_THAT(*message, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(*message, HasSubstr(in));
+}
+
+TEST(CliTest, HungParticipantIsLostAfterTheHeartbeatTimeout) {
+  ClusterOptions options(2);
+  options.limits.round_timeout = absl::Seconds(120);
+  options.limits.heartbeat_interval = absl::Milliseconds(200);
+  options.limits.heartbeat_timeout = absl::Seconds(1);
+  TestCluster cluster(options);
+  std::vector<std::vector<uint8_t>> bytes;
+  const std::string in =
+      WriteInput(cluster, 1, {{"w", DType::kU8, {16}}}, &bytes);
+  const pid_t hung = StartJoin(cluster, 1, 2, in, cluster.dir() + "/o");
+  std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(0));
+  auto group = client->Join({"demo", 2, std::nullopt, absl::Seconds(60)});
+  ASSERT_TRUE(group.ok()) << group.status();
+  // The peer stops (SIGSTOP): its connection stays open but it goes silent.
+  ASSERT_EQ(kill(hung, SIGSTOP), 0);
+  uint8_t mine[16] = {};
+  uint8_t out[32];
+  ConstHostTensor input{{"w", DType::kU8, {16}}, mine};
+  MutableHostTensor output{{"w", DType::kU8, {2, 16}}, out};
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      (*group)->AllGatherInto({&input, 1}, {&output, 1});
+  const absl::Duration took = absl::Now() - start;
+  kill(hung, SIGKILL);
+  WaitExit(hung);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(
+      std::string(status.message()),
+      HasSubstr("rank 1 (spiffe://fedgather/site-2) sent no heartbeat"));
+  EXPECT_LT(took, absl::Seconds(30));  // the heartbeat bound, not the deadline
 }
 
 }  // namespace

@@ -88,6 +88,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
       return HandleHeader(frame.header(), callbacks);
     case Phase::kChunks:
       if (kind == v1::CollectiveFrame::kChunk) {
+        group_->MemberAlive(epoch_, rank_, clock_());
         return round()->OfferChunk(rank_, read_buffer_,
                                    static_cast<int64_t>(chunk_size), callbacks);
       }
@@ -140,6 +141,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   fingerprint_ = *std::move(fingerprint);
   sequence_.emplace(fingerprint_, max_chunk_bytes_);
   rank_ = static_cast<int>(header.rank());
+  group_ = *group;
+  epoch_ = header.epoch();
   {
     absl::MutexLock lock(&mu_);
     round_ = *found;

@@ -96,6 +96,8 @@ class CollectiveReactor
   std::optional<ChunkSequence> sequence_;
   Sha256 hasher_;
   int rank_ = -1;  // set before the round can call back; then constant
+  GroupState* group_ = nullptr;  // the round's group, for liveness
+  uint64_t epoch_ = 0;
 
   absl::Mutex mu_;
   std::shared_ptr<Round> round_ ABSL_GUARDED_BY(mu_);

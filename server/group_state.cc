@@ -176,6 +176,14 @@ void GroupState::Heartbeat(const SessionStream* session, absl::Time now) {
   }
 }
 
+void GroupState::MemberAlive(uint64_t epoch, int rank, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (formed_ && epoch == epoch_ && rank >= 0 &&
+      rank < static_cast<int>(members_.size())) {
+    members_[rank].last_heartbeat = now;
+  }
+}
+
 void GroupState::SessionLost(const SessionStream* session,
                              absl::string_view why,
                              PendingCallbacks* callbacks) {

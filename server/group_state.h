@@ -71,6 +71,10 @@ class GroupState {
                     std::shared_ptr<SessionStream> session, absl::Time now,
                     PendingCallbacks* callbacks);
 
+  // MemberAlive records that rank `rank` of `epoch` sent data, which counts
+  // as a heartbeat: a member busy uploading is alive.
+  void MemberAlive(uint64_t epoch, int rank, absl::Time now);
+
   // Heartbeat records that `session` is alive.
   void Heartbeat(const SessionStream* session, absl::Time now);
 

@@ -50,7 +50,11 @@ absl::StatusOr<Fingerprint> FingerprintFromProto(
     }
     fingerprint.push_back(std::move(spec));
   }
-  FG_RETURN_IF_ERROR(ContributionBytes(fingerprint).status());
+  if (absl::Status total = ContributionBytes(fingerprint).status();
+      !total.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": ", total.message()));
+  }
   return fingerprint;
 }
 

@@ -100,7 +100,11 @@ absl::Status DecodeChunk(CodedInputStream& in, uint32_t length,
         return Malformed(absl::StrCat("unexpected field tag ", tag));
     }
   }
-  if (!in.ConsumedEntireMessage()) return Malformed("truncated chunk");
+  // At the end of the input ReadTag returns 0 as if the message ended, so
+  // a chunk cut short before its declared length is caught here.
+  if (in.BytesUntilLimit() != 0 || !in.ConsumedEntireMessage()) {
+    return Malformed("truncated chunk");
+  }
   in.PopLimit(limit);
   if (in.ReadTag() != 0) return Malformed("bytes after the chunk");
   meta.size = early_data.size();
@@ -175,6 +179,28 @@ absl::StatusOr<v1::CollectiveFrame::KindCase> DecodeFrame(
   }
   if (!message->GetReflection()->GetUnknownFields(*message).empty()) {
     return absl::InvalidArgumentError("malformed frame: unknown fields");
+  }
+  if (message->kind_case() == v1::CollectiveFrame::kChunk) {
+    // A valid encoding whose chunk follows another field (the last oneof
+    // member wins); rare, so its payload is delivered from the parsed copy.
+    if (sink == nullptr) {
+      return absl::InvalidArgumentError(
+          "a chunk frame arrived where none may come");
+    }
+    const v1::Chunk& chunk = message->chunk();
+    if (!chunk.GetReflection()->GetUnknownFields(chunk).empty()) {
+      return Malformed("unknown fields");
+    }
+    ChunkMeta meta;
+    meta.rank = chunk.rank();
+    meta.tensor_index = chunk.tensor_index();
+    meta.offset = chunk.offset();
+    meta.size = chunk.data().size();
+    if (absl::Status s = sink->Begin(meta); !s.ok()) return s;
+    if (!chunk.data().empty()) {
+      sink->Data(reinterpret_cast<const uint8_t*>(chunk.data().data()),
+                 chunk.data().size());
+    }
   }
   return message->kind_case();
 }

@@ -274,25 +274,31 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
   while (outcomes_.size() > kKeptOutcomes) outcomes_.erase(outcomes_.begin());
 }
 
+absl::Status GroupState::JoinTimeoutLocked() const {
+  std::set<std::string> joined;
+  for (const Waiting& w : waiting_) joined.insert(w.identity);
+  std::vector<std::string> missing;
+  for (const std::string& id : config_.members) {
+    if (joined.count(id) == 0) missing.push_back(id);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "group '", config_.name, "' did not form within ",
+      absl::FormatDuration(limits_.join_timeout), ": ", joined.size(), " of ",
+      config_.world_size, " members joined (", absl::StrJoin(joined, ", "),
+      "); not joined: ", absl::StrJoin(missing, ", ")));
+}
+
 void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
+  // Every waiting member that times out in this check gets one message,
+  // built only when someone does.
+  absl::Status timeout;
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (now - it->since < limits_.join_timeout) {
       ++it;
       continue;
     }
-    std::set<std::string> joined;
-    for (const Waiting& w : waiting_) joined.insert(w.identity);
-    std::vector<std::string> missing;
-    for (const std::string& id : config_.members) {
-      if (joined.count(id) == 0) missing.push_back(id);
-    }
-    const absl::Status timeout = absl::DeadlineExceededError(
-        absl::StrCat("group '", config_.name, "' did not form within ",
-                     absl::FormatDuration(limits_.join_timeout), ": ",
-                     waiting_.size(), " of ", config_.world_size,
-                     " members joined (", absl::StrJoin(joined, ", "),
-                     "); not joined: ", absl::StrJoin(missing, ", ")));
+    if (timeout.ok()) timeout = JoinTimeoutLocked();
     std::weak_ptr<SessionStream> weak = it->session;
     callbacks->Add([weak, timeout] {
       if (auto session = weak.lock()) session->Close(timeout);

@@ -119,6 +119,8 @@ class GroupState {
   void EndEpochLocked(const absl::Status& status, const SessionStream* except,
                       PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // JoinTimeoutLocked says who has joined and who has not.
+  absl::Status JoinTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RoundFinished(uint64_t epoch, uint64_t seq, const absl::Status& outcome);
   void Emit(EventKind kind, int rank, const std::string& identity,
             const absl::Status& status, PendingCallbacks* callbacks) const

@@ -150,6 +150,7 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   absl::MutexLock lock(&mu_);
   if (finished()) return;
   RankState& state = ranks_[rank];
+  if (state.ended) return;
   state.ended = true;
   state.digest = digest;
   Emit(EventKind::kContributionComplete, rank, state.received_bytes,

@@ -1,0 +1,715 @@
+#include "server/round.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/fingerprint.h"
+#include "common/frame_codec.h"
+#include "common/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/event_sink.h"
+#include "server/pending_callbacks.h"
+
+namespace fedgather::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Records the round's calls into a stream; callbacks run on the test thread.
+class FakeRoundStream : public RoundStream {
+ public:
+  void WakeWriter() override { ++wakes; }
+  void ResumeReading() override { ++resumes; }
+  int wakes = 0;
+  int resumes = 0;
+};
+
+class RecordingEvents : public EventSink {
+ public:
+  void OnEvent(const ServerEvent& event) override { events.push_back(event); }
+  std::vector<EventKind> Kinds() const {
+    std::vector<EventKind> kinds;
+    for (const ServerEvent& e : events) kinds.push_back(e.kind);
+    return kinds;
+  }
+  std::vector<ServerEvent> events;
+};
+
+// What one rank's stream has written to its client.
+struct Received {
+  // "header 1", "chunk 1 t0 @4" in arrival order.
+  std::vector<std::string> log;
+  // Payload bytes by source rank, concatenated in arrival order.
+  std::vector<std::string> data_by_rank = std::vector<std::string>(8);
+  bool committed = false;
+  v1::Commit commit;
+  bool finished = false;
+  absl::Status status;
+};
+
+class ChunkRecorder : public ChunkSink {
+ public:
+  explicit ChunkRecorder(Received* got) : got_(got) {}
+  absl::Status Begin(const ChunkMeta& meta) override {
+    rank_ = meta.rank;
+    got_->log.push_back(absl::StrCat("chunk ", meta.rank, " t",
+                                     meta.tensor_index, " @", meta.offset));
+    return absl::OkStatus();
+  }
+  void Data(const uint8_t* data, size_t size) override {
+    got_->data_by_rank[rank_].append(reinterpret_cast<const char*>(data), size);
+  }
+
+ private:
+  Received* got_;
+  uint32_t rank_ = 0;
+};
+
+void DecodeInto(grpc::ByteBuffer frame, Received* got) {
+  ChunkRecorder sink(got);
+  v1::CollectiveFrame message;
+  absl::StatusOr<v1::CollectiveFrame::KindCase> kind =
+      DecodeFrame(frame, &message, &sink);
+  ASSERT_TRUE(kind.ok()) << kind.status();
+  switch (*kind) {
+    case v1::CollectiveFrame::kChunk:
+      break;
+    case v1::CollectiveFrame::kHeader:
+      got->log.push_back(absl::StrCat("header ", message.header().rank()));
+      break;
+    case v1::CollectiveFrame::kCommit:
+      got->log.push_back("commit");
+      got->committed = true;
+      got->commit = message.commit();
+      break;
+    default:
+      ADD_FAILURE() << "the round sent frame kind " << *kind;
+  }
+}
+
+// PumpOne does what a stream does once it is woken and not writing: ask the
+// round what is next and, for a frame, "write" it. Returns the kind.
+Outgoing::Kind PumpOne(Round& round, int rank, Received* got) {
+  Outgoing out = round.NextOutgoing(rank);
+  switch (out.kind) {
+    case Outgoing::Kind::kNothing:
+      break;
+    case Outgoing::Kind::kFrame: {
+      DecodeInto(out.frame, got);
+      PendingCallbacks callbacks;
+      round.WriteDone(rank, /*ok=*/true, &callbacks);
+      callbacks.Run();
+      break;
+    }
+    case Outgoing::Kind::kCommitAndFinish:
+      DecodeInto(out.frame, got);
+      got->finished = true;
+      got->status = absl::OkStatus();
+      break;
+    case Outgoing::Kind::kFinish:
+      got->finished = true;
+      got->status = out.status;
+      break;
+  }
+  return out.kind;
+}
+
+// Pump sends everything the round has for `rank` now.
+void Pump(Round& round, int rank, Received* got) {
+  for (int i = 0; i < 1000; ++i) {
+    const Outgoing::Kind kind = PumpOne(round, rank, got);
+    if (kind != Outgoing::Kind::kFrame) return;
+  }
+  ADD_FAILURE() << "rank " << rank << " never ran out of frames";
+}
+
+constexpr int64_t kChunkBytes = 4;
+
+// One F32 tensor of 2 elements: 8 bytes, sent as two 4-byte chunks.
+Fingerprint TwoFloats() { return {TensorSpec{"w", DType::kF32, {2}}}; }
+
+class RoundTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Round> MakeRound(
+      int world, int64_t max_buffered_bytes = int64_t{1} << 20,
+      absl::Time deadline = absl::InfiniteFuture(),
+      absl::Duration timeout = absl::InfiniteDuration()) {
+    RoundOptions options;
+    options.group = "demo";
+    options.epoch = 1;
+    options.seq = 0;
+    const std::vector<std::string> names = {"site-a", "site-b", "site-c"};
+    options.identities.assign(names.begin(), names.begin() + world);
+    options.max_buffered_bytes = max_buffered_bytes;
+    options.deadline = deadline;
+    options.timeout = timeout;
+    options.events = &events_;
+    options.on_finished = [this](uint64_t seq, const absl::Status& outcome) {
+      finished_.emplace_back(seq, outcome);
+    };
+    streams_.clear();
+    payloads_.clear();
+    received_.assign(world, Received());
+    for (int r = 0; r < world; ++r) {
+      streams_.push_back(std::make_shared<FakeRoundStream>());
+      std::string payload;
+      for (int i = 0; i < 8; ++i) {
+        payload.push_back(static_cast<char>(0x10 * (r + 1) + i));
+      }
+      payloads_.push_back(payload);
+    }
+    return std::make_unique<Round>(std::move(options));
+  }
+
+  static grpc::ByteBuffer HeaderFrame(int rank, v1::Op op,
+                                      const Fingerprint& fingerprint) {
+    v1::CollectiveFrame frame;
+    v1::CollectiveHeader* header = frame.mutable_header();
+    header->set_group("demo");
+    header->set_epoch(1);
+    header->set_seq(0);
+    header->set_op(op);
+    header->set_rank(rank);
+    FingerprintToProto(fingerprint, header->mutable_tensors());
+    return EncodeFrame(frame);
+  }
+
+  absl::Status Attach(Round& round, int rank, v1::Op op = v1::ALL_GATHER,
+                      const Fingerprint& fingerprint = TwoFloats()) {
+    PendingCallbacks callbacks;
+    absl::Status status =
+        round.Attach(rank, op, fingerprint, HeaderFrame(rank, op, fingerprint),
+                     streams_[rank], &callbacks);
+    callbacks.Run();
+    return status;
+  }
+
+  // Offers chunk `index` (0 or 1) of `rank`'s payload.
+  bool Offer(Round& round, int rank, int index) {
+    const ChunkMeta meta{static_cast<uint32_t>(rank), 0,
+                         static_cast<uint64_t>(index * kChunkBytes),
+                         static_cast<uint64_t>(kChunkBytes)};
+    PendingCallbacks callbacks;
+    const bool more = round.OfferChunk(
+        rank, EncodeChunkFrame(meta, payloads_[rank].data() + meta.offset),
+        kChunkBytes, &callbacks);
+    callbacks.Run();
+    return more;
+  }
+
+  Sha256Digest DigestOf(int rank) const {
+    Sha256 hasher;
+    hasher.Update(payloads_[rank].data(), payloads_[rank].size());
+    return hasher.Finish();
+  }
+
+  void End(Round& round, int rank) {
+    PendingCallbacks callbacks;
+    round.EndContribution(rank, DigestOf(rank), &callbacks);
+    callbacks.Run();
+  }
+
+  void PumpAll(Round& round) {
+    for (size_t r = 0; r < received_.size(); ++r) {
+      Pump(round, static_cast<int>(r), &received_[r]);
+    }
+  }
+
+  // Every rank's stream was told to finish with `status`.
+  void ExpectAllFinishedWith(Round& round, const absl::Status& status) {
+    for (size_t r = 0; r < received_.size(); ++r) {
+      Outgoing out = round.NextOutgoing(static_cast<int>(r));
+      EXPECT_EQ(out.kind, Outgoing::Kind::kFinish) << "rank " << r;
+      EXPECT_EQ(out.status, status) << "rank " << r;
+    }
+  }
+
+  RecordingEvents events_;
+  std::vector<std::shared_ptr<FakeRoundStream>> streams_;
+  std::vector<std::string> payloads_;
+  std::vector<Received> received_;
+  std::vector<std::pair<uint64_t, absl::Status>> finished_;
+};
+
+TEST_F(RoundTest, World3ForwardsHeadersThenChunksToEveryOtherRank) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Attach(*round, r).ok());
+
+  // A chunk wakes every other rank's writer, not the uploader's.
+  const int wakes0 = streams_[0]->wakes;
+  const int wakes1 = streams_[1]->wakes;
+  const int wakes2 = streams_[2]->wakes;
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_EQ(streams_[0]->wakes, wakes0);
+  EXPECT_EQ(streams_[1]->wakes, wakes1 + 1);
+  EXPECT_EQ(streams_[2]->wakes, wakes2 + 1);
+
+  // Cut-through: receivers get rank 0's first chunk before it has ended.
+  PumpAll(*round);
+  EXPECT_THAT(received_[1].log,
+              ElementsAre("header 0", "header 2", "chunk 0 t0 @0"));
+  EXPECT_THAT(received_[0].log, ElementsAre("header 1", "header 2"));
+
+  EXPECT_TRUE(Offer(*round, 1, 0));
+  EXPECT_TRUE(Offer(*round, 2, 0));
+  EXPECT_TRUE(Offer(*round, 1, 1));
+  PumpAll(*round);
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  EXPECT_TRUE(Offer(*round, 2, 1));
+  End(*round, 0);
+  End(*round, 1);
+  PumpAll(*round);
+
+  // Two of three contributions are in: no commit yet, nothing buffered.
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_FALSE(received_[r].committed) << "rank " << r;
+    EXPECT_FALSE(received_[r].finished) << "rank " << r;
+    EXPECT_EQ(round->NextOutgoing(r).kind, Outgoing::Kind::kNothing);
+  }
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  EXPECT_TRUE(finished_.empty());
+
+  End(*round, 2);
+  PumpAll(*round);
+
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("receiver ", r));
+    const Received& got = received_[r];
+    // Per source: header, then its chunks in order; never its own frames.
+    for (int s = 0; s < 3; ++s) {
+      std::vector<std::string> from_s;
+      for (const std::string& entry : got.log) {
+        if (entry == absl::StrCat("header ", s) ||
+            absl::StartsWith(entry, absl::StrCat("chunk ", s, " "))) {
+          from_s.push_back(entry);
+        }
+      }
+      if (s == r) {
+        EXPECT_TRUE(from_s.empty());
+        EXPECT_TRUE(got.data_by_rank[s].empty());
+      } else {
+        EXPECT_THAT(from_s, ElementsAre(absl::StrCat("header ", s),
+                                        absl::StrCat("chunk ", s, " t0 @0"),
+                                        absl::StrCat("chunk ", s, " t0 @4")));
+        EXPECT_EQ(got.data_by_rank[s], payloads_[s]);
+      }
+    }
+    // 2 headers + 4 chunks + the commit, which comes last.
+    ASSERT_EQ(got.log.size(), 7u);
+    EXPECT_EQ(got.log.back(), "commit");
+    ASSERT_TRUE(got.committed);
+    EXPECT_TRUE(got.finished);
+    EXPECT_TRUE(got.status.ok());
+    EXPECT_EQ(got.commit.group(), "demo");
+    EXPECT_EQ(got.commit.epoch(), 1u);
+    EXPECT_EQ(got.commit.seq(), 0u);
+    ASSERT_EQ(got.commit.contributions_size(), 3);
+    const std::vector<std::string> names = {"site-a", "site-b", "site-c"};
+    for (int c = 0; c < 3; ++c) {
+      const v1::RankDigest& digest = got.commit.contributions(c);
+      EXPECT_EQ(digest.rank(), static_cast<uint32_t>(c));
+      EXPECT_EQ(digest.identity(), names[c]);
+      const Sha256Digest expected = DigestOf(c);
+      EXPECT_EQ(digest.sha256(), std::string(expected.begin(), expected.end()));
+      EXPECT_EQ(digest.bytes(), 8u);
+    }
+  }
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].first, 0u);
+  EXPECT_TRUE(finished_[0].second.ok());
+  // After the commit a stream has nothing more to do.
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(round->NextOutgoing(r).kind, Outgoing::Kind::kNothing);
+  }
+
+  std::vector<EventKind> kinds = events_.Kinds();
+  EXPECT_EQ(
+      std::count(kinds.begin(), kinds.end(), EventKind::kContributionStarted),
+      3);
+  EXPECT_EQ(
+      std::count(kinds.begin(), kinds.end(), EventKind::kContributionComplete),
+      3);
+  EXPECT_EQ(kinds.back(), EventKind::kRoundCompleted);
+}
+
+TEST_F(RoundTest, CommitWaitsForRemainingChunks) {
+  // A receiver that is behind gets its remaining chunks before the commit.
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(Offer(*round, r, 0));
+    EXPECT_TRUE(Offer(*round, r, 1));
+    End(*round, r);
+  }
+  PumpAll(*round);
+  EXPECT_THAT(received_[0].log, ElementsAre("header 1", "chunk 1 t0 @0",
+                                            "chunk 1 t0 @4", "commit"));
+  EXPECT_THAT(received_[1].log, ElementsAre("header 0", "chunk 0 t0 @0",
+                                            "chunk 0 t0 @4", "commit"));
+}
+
+TEST_F(RoundTest, FramesAreReleasedOnceEveryReceiverWroteThem) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  const int64_t header0 = static_cast<int64_t>(
+      HeaderFrame(0, v1::ALL_GATHER, TwoFloats()).Length());
+  EXPECT_EQ(round->BufferedBytes(), header0);
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  ASSERT_TRUE(Attach(*round, 2).ok());
+  PumpAll(*round);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_EQ(round->BufferedBytes(), kChunkBytes);
+  Pump(*round, 1, &received_[1]);
+  EXPECT_EQ(round->BufferedBytes(), kChunkBytes);  // rank 2 still needs it
+  Pump(*round, 0, &received_[0]);  // the uploader never holds its own frames
+  EXPECT_EQ(round->BufferedBytes(), kChunkBytes);
+  Pump(*round, 2, &received_[2]);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+}
+
+TEST_F(RoundTest, BackpressurePausesUploaderUntilReceiversDrain) {
+  std::unique_ptr<Round> round = MakeRound(3, /*max_buffered_bytes=*/8);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Attach(*round, r).ok());
+  PumpAll(*round);
+  ASSERT_EQ(round->BufferedBytes(), 0);
+
+  EXPECT_TRUE(Offer(*round, 0, 0));   // 4 of 8 bytes buffered
+  EXPECT_FALSE(Offer(*round, 0, 1));  // 8 of 8: wait for ResumeReading
+  EXPECT_EQ(round->BufferedBytes(), 8);
+  EXPECT_EQ(streams_[0]->resumes, 0);
+
+  // Rank 1 writes both chunks, but rank 2 still holds them.
+  Pump(*round, 1, &received_[1]);
+  EXPECT_EQ(received_[1].data_by_rank[0], payloads_[0]);
+  EXPECT_EQ(round->BufferedBytes(), 8);
+  EXPECT_EQ(streams_[0]->resumes, 0);
+
+  // Rank 2 writes the first chunk: it is released and the uploader resumes.
+  EXPECT_EQ(PumpOne(*round, 2, &received_[2]), Outgoing::Kind::kFrame);
+  EXPECT_EQ(round->BufferedBytes(), 4);
+  EXPECT_EQ(streams_[0]->resumes, 1);
+  Pump(*round, 2, &received_[2]);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  EXPECT_EQ(streams_[0]->resumes, 1);  // resumed once per pause
+  EXPECT_EQ(streams_[1]->resumes, 0);
+  EXPECT_EQ(streams_[2]->resumes, 0);
+  EXPECT_EQ(received_[2].data_by_rank[0], payloads_[0]);
+}
+
+TEST_F(RoundTest, PausedUploadersResumeOnlyBelowTheLimit) {
+  std::unique_ptr<Round> round = MakeRound(2, /*max_buffered_bytes=*/8);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  PumpAll(*round);
+  ASSERT_EQ(round->BufferedBytes(), 0);
+
+  EXPECT_TRUE(Offer(*round, 0, 0));   // 4
+  EXPECT_FALSE(Offer(*round, 1, 0));  // 8: rank 1 waits
+  EXPECT_FALSE(Offer(*round, 0, 1));  // 12: rank 0 waits too
+
+  // Rank 1 writes rank 0's first chunk: 8 bytes remain, still at the limit.
+  EXPECT_EQ(PumpOne(*round, 1, &received_[1]), Outgoing::Kind::kFrame);
+  EXPECT_EQ(round->BufferedBytes(), 8);
+  EXPECT_EQ(streams_[0]->resumes, 0);
+  EXPECT_EQ(streams_[1]->resumes, 0);
+
+  // Below the limit now: both paused uploaders resume.
+  EXPECT_EQ(PumpOne(*round, 1, &received_[1]), Outgoing::Kind::kFrame);
+  EXPECT_EQ(round->BufferedBytes(), 4);
+  EXPECT_EQ(streams_[0]->resumes, 1);
+  EXPECT_EQ(streams_[1]->resumes, 1);
+  EXPECT_EQ(received_[1].data_by_rank[0], payloads_[0]);
+}
+
+TEST_F(RoundTest, OpMismatchFailsEveryRank) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  ASSERT_TRUE(Attach(*round, 0, v1::ALL_GATHER).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  const int wakes0 = streams_[0]->wakes;
+  const absl::Status status = Attach(*round, 1, v1::ALL_GATHER_V);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("group 'demo' epoch 1 seq 0: rank 1 (site-b) called "
+                        "ALL_GATHER_V but rank 0 (site-a) called ALL_GATHER"));
+  EXPECT_GT(streams_[0]->wakes, wakes0);  // told to finish
+
+  ExpectAllFinishedWith(*round, status);
+  EXPECT_EQ(Attach(*round, 2), status);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, status);
+  ASSERT_FALSE(events_.events.empty());
+  EXPECT_EQ(events_.events.back().kind, EventKind::kRoundFailed);
+  EXPECT_EQ(events_.events.back().status, status);
+}
+
+TEST_F(RoundTest, FingerprintMismatchFailsEveryRankNamingBoth) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 2).ok());
+  const Fingerprint three = {TensorSpec{"w", DType::kF32, {3}}};
+  const absl::Status status = Attach(*round, 1, v1::ALL_GATHER, three);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  const std::string message(status.message());
+  EXPECT_THAT(message, HasSubstr("group 'demo' epoch 1 seq 0 (ALL_GATHER)"));
+  EXPECT_THAT(message, HasSubstr("rank 1"));
+  EXPECT_THAT(message, HasSubstr("rank 0"));
+  EXPECT_THAT(message, HasSubstr("shape [3] vs [2]"));
+  EXPECT_THAT(message, HasSubstr("rank 1 (site-b), rank 0 (site-a)"));
+
+  PumpAll(*round);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(received_[r].finished) << r;
+    EXPECT_EQ(received_[r].status, status) << r;
+    EXPECT_FALSE(received_[r].committed) << r;
+  }
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, status);
+}
+
+TEST_F(RoundTest, DtypeMismatchNamesTheField) {
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  const Fingerprint halves = {TensorSpec{"w", DType::kF16, {2}}};
+  const absl::Status status = Attach(*round, 0, v1::ALL_GATHER, halves);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("rank 0 and rank 1 disagree on tensor 'w': dtype F16 "
+                        "vs F32"));
+  ExpectAllFinishedWith(*round, status);
+}
+
+TEST_F(RoundTest, AllGatherVAcceptsDifferentFirstDims) {
+  std::unique_ptr<Round> round = MakeRound(
+      2, int64_t{1} << 20, absl::FromUnixSeconds(100), absl::Seconds(10));
+  const Fingerprint three = {TensorSpec{"w", DType::kF32, {3}}};
+  ASSERT_TRUE(Attach(*round, 0, v1::ALL_GATHER_V).ok());
+  ASSERT_TRUE(Attach(*round, 1, v1::ALL_GATHER_V, three).ok());
+  PendingCallbacks callbacks;
+  round->CheckDeadline(absl::FromUnixSeconds(100), &callbacks);
+  callbacks.Run();
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_THAT(std::string(finished_[0].second.message()),
+              HasSubstr("rank 0 (site-a): 0 of 8 bytes; rank 1 (site-b): 0 of "
+                        "12 bytes"));
+}
+
+TEST_F(RoundTest, SecondAttachOfARankIsRefusedWithoutFailingTheRound) {
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  const absl::Status again = Attach(*round, 0);
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.message()),
+              HasSubstr("rank 0 (site-a) already has a stream"));
+  EXPECT_TRUE(finished_.empty());
+  EXPECT_TRUE(Attach(*round, 1).ok());
+}
+
+TEST_F(RoundTest, StreamLostBeforeCompletionFailsEveryone) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Attach(*round, r).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  End(*round, 1);  // ended contributions do not save the round
+  {
+    PendingCallbacks callbacks;
+    round->StreamLost(2, "closed its collective stream", &callbacks);
+    callbacks.Run();
+  }
+  const absl::Status expected = absl::UnavailableError(
+      "group 'demo' epoch 1 seq 0: rank 2 (site-c) closed its collective "
+      "stream before the round completed");
+  ExpectAllFinishedWith(*round, expected);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, expected);
+
+  // Later losses, failures and ends change nothing.
+  {
+    PendingCallbacks callbacks;
+    round->StreamLost(0, "closed", &callbacks);
+    round->Fail(absl::InternalError("later"), &callbacks);
+    round->EndContribution(0, DigestOf(0), &callbacks);
+    round->CheckDeadline(absl::InfiniteFuture(), &callbacks);
+    EXPECT_FALSE(Offer(*round, 0, 1));
+    callbacks.Run();
+  }
+  ExpectAllFinishedWith(*round, expected);
+  EXPECT_EQ(finished_.size(), 1u);
+}
+
+TEST_F(RoundTest, FailedWriteBeforeCompletionFailsEveryone) {
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  Outgoing out = round->NextOutgoing(1);
+  ASSERT_EQ(out.kind, Outgoing::Kind::kFrame);
+  {
+    PendingCallbacks callbacks;
+    round->WriteDone(1, /*ok=*/false, &callbacks);
+    callbacks.Run();
+  }
+  const absl::Status expected = absl::UnavailableError(
+      "group 'demo' epoch 1 seq 0: rank 1 (site-b) stopped receiving before "
+      "the round completed");
+  ExpectAllFinishedWith(*round, expected);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, expected);
+}
+
+TEST_F(RoundTest, ReceiverLostAfterCompletionReleasesItsFrames) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(Attach(*round, r).ok());
+    EXPECT_TRUE(Offer(*round, r, 0));
+    EXPECT_TRUE(Offer(*round, r, 1));
+    End(*round, r);
+  }
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_TRUE(finished_[0].second.ok());
+  Pump(*round, 1, &received_[1]);
+  Pump(*round, 2, &received_[2]);
+  EXPECT_TRUE(received_[1].committed);
+  EXPECT_TRUE(received_[2].committed);
+  EXPECT_GT(round->BufferedBytes(), 0);  // rank 0 has written nothing
+
+  const int wakes0 = streams_[0]->wakes;
+  {
+    PendingCallbacks callbacks;
+    round->StreamLost(0, "closed its collective stream", &callbacks);
+    callbacks.Run();
+  }
+  EXPECT_EQ(streams_[0]->wakes, wakes0 + 1);
+  Outgoing out = round->NextOutgoing(0);
+  EXPECT_EQ(out.kind, Outgoing::Kind::kFinish);
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  // The round still completed, once.
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_TRUE(finished_[0].second.ok());
+}
+
+TEST_F(RoundTest, CheckDeadlineListsMissingRanksAndProgress) {
+  std::unique_ptr<Round> round = MakeRound(
+      3, int64_t{1} << 20, absl::FromUnixSeconds(1000), absl::Seconds(30));
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  End(*round, 0);
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 1, 0));
+
+  {
+    PendingCallbacks callbacks;
+    round->CheckDeadline(absl::FromUnixSeconds(999), &callbacks);
+    callbacks.Run();
+  }
+  EXPECT_TRUE(finished_.empty());
+  Pump(*round, 0, &received_[0]);
+  EXPECT_FALSE(received_[0].finished);
+
+  {
+    PendingCallbacks callbacks;
+    round->CheckDeadline(absl::FromUnixSeconds(1000), &callbacks);
+    callbacks.Run();
+  }
+  const absl::Status expected = absl::DeadlineExceededError(
+      "group 'demo' epoch 1 seq 0 exceeded its deadline of 30s; missing "
+      "contributions: rank 1 (site-b): 4 of 8 bytes; rank 2 (site-c): not "
+      "started; complete: ranks 0");
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, expected);
+  ExpectAllFinishedWith(*round, expected);
+  EXPECT_EQ(Attach(*round, 2), expected);
+
+  {
+    PendingCallbacks callbacks;
+    round->CheckDeadline(absl::FromUnixSeconds(2000), &callbacks);
+    callbacks.Run();
+  }
+  EXPECT_EQ(finished_.size(), 1u);
+}
+
+TEST_F(RoundTest, CheckDeadlineWithNobodyStarted) {
+  std::unique_ptr<Round> round = MakeRound(
+      2, int64_t{1} << 20, absl::FromUnixSeconds(50), absl::Seconds(5));
+  PendingCallbacks callbacks;
+  round->CheckDeadline(absl::FromUnixSeconds(60), &callbacks);
+  callbacks.Run();
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second,
+            absl::DeadlineExceededError(
+                "group 'demo' epoch 1 seq 0 exceeded its deadline of 5s; "
+                "missing contributions: rank 0 (site-a): not started; rank 1 "
+                "(site-b): not started"));
+}
+
+TEST_F(RoundTest, CompletedRoundIgnoresLaterFailures) {
+  std::unique_ptr<Round> round =
+      MakeRound(2, int64_t{1} << 20, absl::FromUnixSeconds(10));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(Attach(*round, r).ok());
+    EXPECT_TRUE(Offer(*round, r, 0));
+    EXPECT_TRUE(Offer(*round, r, 1));
+    End(*round, r);
+  }
+  {
+    PendingCallbacks callbacks;
+    round->Fail(absl::UnavailableError("epoch ended"), &callbacks);
+    round->CheckDeadline(absl::FromUnixSeconds(20), &callbacks);
+    callbacks.Run();
+  }
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_TRUE(finished_[0].second.ok());
+  PumpAll(*round);
+  EXPECT_TRUE(received_[0].committed);
+  EXPECT_TRUE(received_[1].committed);
+  const absl::Status late = Attach(*round, 0);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(late.message()), HasSubstr("already completed"));
+}
+
+TEST_F(RoundTest, WorldSizeOneCompletesWithItsOwnContribution) {
+  std::unique_ptr<Round> round = MakeRound(1);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  EXPECT_EQ(round->BufferedBytes(), 0);  // nobody to forward to
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  EXPECT_EQ(round->NextOutgoing(0).kind, Outgoing::Kind::kNothing);
+  End(*round, 0);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_TRUE(finished_[0].second.ok());
+
+  Pump(*round, 0, &received_[0]);
+  EXPECT_THAT(received_[0].log, ElementsAre("commit"));
+  ASSERT_EQ(received_[0].commit.contributions_size(), 1);
+  const v1::RankDigest& digest = received_[0].commit.contributions(0);
+  EXPECT_EQ(digest.rank(), 0u);
+  EXPECT_EQ(digest.identity(), "site-a");
+  const Sha256Digest expected = DigestOf(0);
+  EXPECT_EQ(digest.sha256(), std::string(expected.begin(), expected.end()));
+  EXPECT_EQ(digest.bytes(), 8u);
+  EXPECT_EQ(round->NextOutgoing(0).kind, Outgoing::Kind::kNothing);
+}
+
+TEST_F(RoundTest, DescribeNamesTheRound) {
+  std::unique_ptr<Round> round = MakeRound(2);
+  EXPECT_EQ(round->Describe(), "group 'demo' epoch 1 seq 0");
+}
+
+}  // namespace
+}  // namespace fedgather::server

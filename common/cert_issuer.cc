@@ -26,7 +26,8 @@ absl::Status AddExtension(X509* cert, X509* issuer, int nid,
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
   X509_EXTENSION* ext = X509V3_EXT_nconf_nid(nullptr, &ctx, nid, value.c_str());
   if (ext == nullptr) {
-    return OpenSslError(absl::StrCat("extension ", OBJ_nid2sn(nid), "=", value));
+    return OpenSslError(
+        absl::StrCat("extension ", OBJ_nid2sn(nid), "=", value));
   }
   const int added = X509_add_ext(cert, ext, -1);
   X509_EXTENSION_free(ext);
@@ -41,8 +42,8 @@ absl::StatusOr<OpenSslPtr<X509>> NewCertificate(EVP_PKEY* key,
   OpenSslPtr<X509> cert(X509_new());
   if (cert == nullptr) return OpenSslError("X509_new");
   OpenSslPtr<BIGNUM> serial(BN_new());
-  if (serial == nullptr || BN_rand(serial.get(), 127, BN_RAND_TOP_ANY,
-                                   BN_RAND_BOTTOM_ANY) != 1 ||
+  if (serial == nullptr ||
+      BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1 ||
       BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get())) ==
           nullptr) {
     return OpenSslError("serial number");
@@ -53,9 +54,10 @@ absl::StatusOr<OpenSslPtr<X509>> NewCertificate(EVP_PKEY* key,
                     absl::ToTimeT(not_before)) == nullptr ||
       ASN1_TIME_set(X509_getm_notAfter(cert.get()), absl::ToTimeT(not_after)) ==
           nullptr ||
-      X509_NAME_add_entry_by_txt(
-          name, "CN", MBSTRING_UTF8,
-          reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0) != 1 ||
+      (!cn.empty() && X509_NAME_add_entry_by_txt(
+                          name, "CN", MBSTRING_UTF8,
+                          reinterpret_cast<const unsigned char*>(cn.c_str()),
+                          -1, -1, 0) != 1) ||
       X509_set_pubkey(cert.get(), key) != 1) {
     return OpenSslError("certificate fields");
   }
@@ -81,7 +83,8 @@ absl::StatusOr<KeyAndCert> Encode(EVP_PKEY* key, X509* cert) {
 }
 
 absl::StatusOr<OpenSslPtr<EVP_PKEY>> ParseKeyPem(const std::string& pem) {
-  OpenSslPtr<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  OpenSslPtr<BIO> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   OpenSslPtr<EVP_PKEY> key(
       bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
           : nullptr);
@@ -94,7 +97,7 @@ absl::StatusOr<OpenSslPtr<EVP_PKEY>> ParseKeyPem(const std::string& pem) {
 
 absl::Status Sign(X509* cert, EVP_PKEY* key) {
   return X509_sign(cert, key, EVP_sha256()) > 0 ? absl::OkStatus()
-                                                 : OpenSslError("X509_sign");
+                                                : OpenSslError("X509_sign");
 }
 
 }  // namespace
@@ -110,8 +113,10 @@ absl::StatusOr<KeyAndCert> CreateCertificateAuthority(
   if (X509_set_issuer_name(c, X509_get_subject_name(c)) != 1) {
     return OpenSslError("issuer name");
   }
-  FG_RETURN_IF_ERROR(AddExtension(c, c, NID_basic_constraints, "critical,CA:TRUE"));
-  FG_RETURN_IF_ERROR(AddExtension(c, c, NID_key_usage, "critical,keyCertSign,cRLSign"));
+  FG_RETURN_IF_ERROR(
+      AddExtension(c, c, NID_basic_constraints, "critical,CA:TRUE"));
+  FG_RETURN_IF_ERROR(
+      AddExtension(c, c, NID_key_usage, "critical,keyCertSign,cRLSign"));
   FG_RETURN_IF_ERROR(AddExtension(c, c, NID_subject_key_identifier, "hash"));
   FG_RETURN_IF_ERROR(Sign(c, key.get()));
   return Encode(key.get(), c);
@@ -139,8 +144,8 @@ absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
   for (const std::string& uri : spec.uris) sans.push_back("URI:" + uri);
   for (const std::string& san : sans) {
     if (san.find(',') != std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("subject alternative name '", san, "' contains a comma"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "subject alternative name '", san, "' contains a comma"));
     }
   }
 
@@ -152,30 +157,33 @@ absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
   const absl::Time not_after = spec.not_after == absl::InfiniteFuture()
                                    ? now + absl::Hours(24 * 365)
                                    : spec.not_after;
-  FG_ASSIGN_OR_RETURN(OpenSslPtr<X509> cert,
-                      NewCertificate(key.get(), spec.common_name, not_before,
-                                     not_after));
+  FG_ASSIGN_OR_RETURN(
+      OpenSslPtr<X509> cert,
+      NewCertificate(key.get(), spec.common_name, not_before, not_after));
   X509* c = cert.get();
   X509* issuer = ca_cert->get();
   if (X509_set_issuer_name(c, X509_get_subject_name(issuer)) != 1) {
     return OpenSslError("issuer name");
   }
-  FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_basic_constraints, "critical,CA:FALSE"));
+  FG_RETURN_IF_ERROR(
+      AddExtension(c, issuer, NID_basic_constraints, "critical,CA:FALSE"));
   FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_key_usage,
                                   "critical,digitalSignature,keyEncipherment"));
   std::vector<std::string> usages;
   if (spec.server_auth) usages.push_back("serverAuth");
   if (spec.client_auth) usages.push_back("clientAuth");
   if (!usages.empty()) {
-    FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_ext_key_usage,
-                                    absl::StrJoin(usages, ",")));
+    FG_RETURN_IF_ERROR(
+        AddExtension(c, issuer, NID_ext_key_usage, absl::StrJoin(usages, ",")));
   }
   if (!sans.empty()) {
     FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_subject_alt_name,
                                     absl::StrJoin(sans, ",")));
   }
-  FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_subject_key_identifier, "hash"));
-  FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_authority_key_identifier, "keyid:always"));
+  FG_RETURN_IF_ERROR(
+      AddExtension(c, issuer, NID_subject_key_identifier, "hash"));
+  FG_RETURN_IF_ERROR(
+      AddExtension(c, issuer, NID_authority_key_identifier, "keyid:always"));
   FG_RETURN_IF_ERROR(Sign(c, ca_key.get()));
   return Encode(key.get(), c);
 }

@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
+#include "server/pending_callbacks.h"
 
 namespace fedgather::server {
 
@@ -43,6 +45,14 @@ class EventSink {
   virtual ~EventSink() = default;
   virtual void OnEvent(const ServerEvent& event) = 0;
 };
+
+// DeferEvent adds the delivery of `event` to `sink` (which may be null: then
+// nothing happens) to `callbacks`, so it runs after the caller's lock.
+inline void DeferEvent(EventSink* sink, ServerEvent event,
+                       PendingCallbacks* callbacks) {
+  if (sink == nullptr) return;
+  callbacks->Add([sink, event = std::move(event)] { sink->OnEvent(event); });
+}
 
 }  // namespace fedgather::server
 

@@ -24,7 +24,6 @@ std::string GroupState::Describe() const {
 void GroupState::Emit(EventKind kind, int rank, const std::string& identity,
                       const absl::Status& status,
                       PendingCallbacks* callbacks) const {
-  if (limits_.events == nullptr) return;
   ServerEvent event;
   event.kind = kind;
   event.group = config_.name;
@@ -32,8 +31,7 @@ void GroupState::Emit(EventKind kind, int rank, const std::string& identity,
   event.rank = rank;
   event.identity = identity;
   event.status = status;
-  EventSink* sink = limits_.events;
-  callbacks->Add([sink, event = std::move(event)] { sink->OnEvent(event); });
+  DeferEvent(limits_.events, std::move(event), callbacks);
 }
 
 absl::Status GroupState::Join(const std::string& identity,

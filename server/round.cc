@@ -30,7 +30,6 @@ int64_t Round::BufferedBytes() const {
 void Round::Emit(EventKind kind, int rank, int64_t bytes,
                  const absl::Status& status,
                  PendingCallbacks* callbacks) const {
-  if (options_.events == nullptr) return;
   ServerEvent event;
   event.kind = kind;
   event.group = options_.group;
@@ -40,8 +39,7 @@ void Round::Emit(EventKind kind, int rank, int64_t bytes,
   if (rank >= 0) event.identity = options_.identities[rank];
   event.bytes = bytes;
   event.status = status;
-  EventSink* sink = options_.events;
-  callbacks->Add([sink, event = std::move(event)] { sink->OnEvent(event); });
+  DeferEvent(options_.events, std::move(event), callbacks);
 }
 
 void Round::Wake(int rank, PendingCallbacks* callbacks) {

@@ -77,6 +77,22 @@ class RecordingSink : public ChunkSink {
   absl::Status begin_result_;
 };
 
+// Checks that `kind` is a decoded chunk and that `sink` got exactly one, at
+// (rank, tensor_index, offset) with `payload` as its bytes.
+void ExpectOneChunk(const absl::StatusOr<v1::CollectiveFrame::KindCase>& kind,
+                    const RecordingSink& sink, uint32_t rank,
+                    uint32_t tensor_index, uint64_t offset,
+                    const std::string& payload) {
+  ASSERT_TRUE(kind.ok()) << kind.status();
+  EXPECT_EQ(*kind, v1::CollectiveFrame::kChunk);
+  EXPECT_EQ(sink.begins, 1);
+  EXPECT_EQ(sink.meta.rank, rank);
+  EXPECT_EQ(sink.meta.tensor_index, tensor_index);
+  EXPECT_EQ(sink.meta.offset, offset);
+  EXPECT_EQ(sink.meta.size, payload.size());
+  EXPECT_EQ(sink.bytes, payload);
+}
+
 // Appends a protobuf varint.
 void PutVarint(std::string* out, uint64_t value) {
   while (value >= 0x80) {
@@ -160,14 +176,7 @@ TEST(DecodeFrameTest, RoundTripsOurOwnEncoding) {
   v1::CollectiveFrame message;
   absl::StatusOr<v1::CollectiveFrame::KindCase> kind =
       DecodeFrame(buffer, &message, &sink);
-  ASSERT_TRUE(kind.ok()) << kind.status();
-  EXPECT_EQ(*kind, v1::CollectiveFrame::kChunk);
-  EXPECT_EQ(sink.begins, 1);
-  EXPECT_EQ(sink.meta.rank, 5u);
-  EXPECT_EQ(sink.meta.tensor_index, 9u);
-  EXPECT_EQ(sink.meta.offset, 8192u);
-  EXPECT_EQ(sink.meta.size, payload.size());
-  EXPECT_EQ(sink.bytes, payload);
+  ExpectOneChunk(kind, sink, 5u, 9u, 8192u, payload);
 }
 
 TEST(DecodeFrameTest, ChunkFromStandardSerializer) {
@@ -234,14 +243,7 @@ TEST(DecodeFrameTest, DataBeforeLocationFields) {
     v1::CollectiveFrame message;
     absl::StatusOr<v1::CollectiveFrame::KindCase> kind =
         DecodeFrame(buffer, &message, &sink);
-    ASSERT_TRUE(kind.ok()) << kind.status();
-    EXPECT_EQ(*kind, v1::CollectiveFrame::kChunk);
-    EXPECT_EQ(sink.begins, 1);
-    EXPECT_EQ(sink.meta.rank, 2u);
-    EXPECT_EQ(sink.meta.tensor_index, 1u);
-    EXPECT_EQ(sink.meta.offset, 300u);
-    EXPECT_EQ(sink.meta.size, payload.size());
-    EXPECT_EQ(sink.bytes, payload);
+    ExpectOneChunk(kind, sink, 2u, 1u, 300u, payload);
   }
 }
 

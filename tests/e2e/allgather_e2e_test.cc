@@ -134,14 +134,19 @@ TEST(AllGatherTest, RanksFollowRequestsThenSortedIdentities) {
   // site-3 asks for rank 0; the others are assigned by sorted identity.
   std::vector<int> ranks(4, -1);
   std::vector<std::vector<std::string>> identities(4);
+  // Members stay until every thread has joined: one that left at once would
+  // end the epoch before the others had read their Joined.
+  std::vector<std::unique_ptr<Client>> clients(4);
+  std::vector<std::unique_ptr<Group>> groups(4);
   RunRanks(4, [&](int i) {
-    std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(i));
+    clients[i] = cluster.Connect(TestCluster::Site(i));
     JoinOptions join{"demo", 4, std::nullopt, absl::Seconds(30)};
     if (i == 2) join.rank = 0;
-    auto group = client->Join(join);
+    auto group = clients[i]->Join(join);
     ASSERT_TRUE(group.ok()) << group.status();
     ranks[i] = (*group)->rank();
     identities[i] = (*group)->identities();
+    groups[i] = *std::move(group);
   });
   EXPECT_EQ(ranks, (std::vector<int>{1, 2, 0, 3}));
   const std::vector<std::string> expected = {

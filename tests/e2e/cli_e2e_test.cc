@@ -202,11 +202,18 @@ TEST(CliTest, HungParticipantIsLostAfterTheHeartbeatTimeout) {
   const std::string in =
       WriteInput(cluster, 1, {{"w", DType::kU8, {16}}}, &bytes);
   const pid_t hung = StartJoin(cluster, 1, 2, in, cluster.dir() + "/o");
+  // The peer stops (SIGSTOP) while it waits for the group to form: its
+  // connection stays open but it goes silent and never contributes.
+  ASSERT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kMemberJoined &&
+               e.identity == "spiffe://fedgather/site-2";
+      },
+      absl::Seconds(60)));
+  ASSERT_EQ(kill(hung, SIGSTOP), 0);
   std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(0));
   auto group = client->Join({"demo", 2, std::nullopt, absl::Seconds(60)});
   ASSERT_TRUE(group.ok()) << group.status();
-  // The peer stops (SIGSTOP): its connection stays open but it goes silent.
-  ASSERT_EQ(kill(hung, SIGSTOP), 0);
   uint8_t mine[16] = {};
   uint8_t out[32];
   ConstHostTensor input{{"w", DType::kU8, {16}}, mine};

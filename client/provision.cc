@@ -88,24 +88,28 @@ absl::Status Provision(const ProvisionOptions& options) {
   CertificateSpec server;
   server.common_name = options.server_names.front();
   for (const std::string& name : options.server_names) {
-    (IsIpAddress(name) ? server.ip_addresses : server.dns_names).push_back(name);
+    (IsIpAddress(name) ? server.ip_addresses : server.dns_names)
+        .push_back(name);
   }
   server.server_auth = true;
   server.not_after = now + options.validity;
-  FG_ASSIGN_OR_RETURN(const KeyAndCert server_pair, IssueCertificate(ca, server));
+  FG_ASSIGN_OR_RETURN(const KeyAndCert server_pair,
+                      IssueCertificate(ca, server));
   FG_RETURN_IF_ERROR(WriteIdentity(dir + "/server", server_pair, ca.cert_pem));
 
   std::string groups = absl::StrCat(
       "# fedgather groups file, written by `fedgather provision`.\n"
-      "groups:\n  - name: ", options.group, "\n    world_size: ",
-      options.participants.size(), "\n    members:\n");
+      "groups:\n  - name: ",
+      options.group, "\n    world_size: ", options.participants.size(),
+      "\n    members:\n");
   for (const std::string& name : options.participants) {
     CertificateSpec participant;
     participant.common_name = name;
     participant.uris = {ParticipantIdentity(name)};
     participant.client_auth = true;
     participant.not_after = now + options.validity;
-    FG_ASSIGN_OR_RETURN(const KeyAndCert pair, IssueCertificate(ca, participant));
+    FG_ASSIGN_OR_RETURN(const KeyAndCert pair,
+                        IssueCertificate(ca, participant));
     FG_RETURN_IF_ERROR(WriteIdentity(dir + "/" + name, pair, ca.cert_pem));
     absl::StrAppend(&groups, "      - ", ParticipantIdentity(name), "\n");
   }

@@ -52,7 +52,6 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
                                  grpc::StubOptions(), this);
   StartRead(&read_buffer_);
   write_buffer_ = EncodeFrame(header_frame);
-  header_sent_ = true;
   StartWrite(&write_buffer_);
   StartCall();
   return absl::OkStatus();

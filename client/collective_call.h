@@ -115,7 +115,6 @@ class CollectiveCall
   grpc::ByteBuffer write_buffer_;
   size_t write_tensor_ = 0;
   int64_t write_offset_ = 0;
-  bool header_sent_ = false;
   bool end_sent_ = false;
   Sha256 own_hasher_;
   Sha256Digest own_digest_{};

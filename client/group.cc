@@ -44,8 +44,7 @@ class AllocatedTarget : public ReceiveTarget {
 }  // namespace
 
 Group::Group(std::shared_ptr<grpc::Channel> channel, std::string name)
-    : channel_(channel),
-      stub_(v1::Rendezvous::NewStub(channel)),
+    : stub_(v1::Rendezvous::NewStub(channel)),
       generic_stub_(channel),
       name_(std::move(name)) {}
 

@@ -109,7 +109,6 @@ class Group {
   absl::Status Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
                    ReceiveTarget* target, const CollectiveOptions& options);
 
-  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
   grpc::GenericStub generic_stub_;
   const std::string name_;

@@ -165,6 +165,11 @@ void CollectiveReactor::RejectUpload(const absl::Status& status,
                                      PendingCallbacks* callbacks) {
   std::shared_ptr<Round> r = round();
   if (r == nullptr) {
+    ServerEvent refused;
+    refused.kind = EventKind::kCollectiveRefused;
+    refused.identity = identity_;
+    refused.status = status;
+    DeferEvent(registry_->events(), std::move(refused), callbacks);
     FinishWithoutRound(status);
     return;
   }

@@ -3,7 +3,8 @@
 namespace fedgather::server {
 
 GroupRegistry::GroupRegistry(const std::vector<GroupConfig>& groups,
-                             const GroupLimits& limits) {
+                             const GroupLimits& limits)
+    : events_(limits.events) {
   for (const GroupConfig& config : groups) {
     groups_[config.name] = std::make_unique<GroupState>(config, limits);
   }

@@ -24,11 +24,15 @@ class GroupRegistry {
   absl::StatusOr<GroupState*> Find(const std::string& name,
                                    const std::string& identity) const;
 
+  // events is where refusals are reported; may be null.
+  EventSink* events() const { return events_; }
+
   // CheckTimers runs GroupState::CheckTimers on every group.
   void CheckTimers(absl::Time now, PendingCallbacks* callbacks);
 
  private:
   std::map<std::string, std::unique_ptr<GroupState>> groups_;
+  EventSink* const events_;
 };
 
 }  // namespace fedgather::server

@@ -57,8 +57,6 @@ class GroupState {
   GroupState(const GroupState&) = delete;
   GroupState& operator=(const GroupState&) = delete;
 
-  const GroupConfig& config() const { return config_; }
-
   // Join adds `identity`'s session to the members waiting for the group to
   // form; when it is the last one, every waiting session gets SendJoined.
   // Errors (the session should be finished with them):

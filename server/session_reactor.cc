@@ -51,6 +51,12 @@ void SessionReactor::OnReadDone(bool ok) {
                               clock_(), &callbacks);
     }
     if (!joined.ok()) {
+      ServerEvent refused;
+      refused.kind = EventKind::kJoinRefused;
+      refused.group = request_.join().group();
+      refused.identity = identity_;
+      refused.status = joined;
+      DeferEvent(registry_->events(), std::move(refused), &callbacks);
       {
         absl::MutexLock lock(&mu_);
         group_ = nullptr;

@@ -251,6 +251,14 @@ TEST(RefusalTest, JoinErrorsNameWhatWasWrong) {
   EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(denied.status().message()),
               HasSubstr("identity 'spiffe://fedgather/intruder'"));
+  // The refusal is reported, with the identity and the reason.
+  EXPECT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kJoinRefused &&
+               e.identity == "spiffe://fedgather/intruder" &&
+               e.status.code() == absl::StatusCode::kPermissionDenied;
+      },
+      absl::Seconds(10)));
   // An unknown group gets the same answer, so it reveals nothing.
   auto member = cluster.Connect(TestCluster::Site(0));
   auto unknown = member->Join({"nope", 2, std::nullopt, absl::Seconds(10)});
@@ -380,6 +388,12 @@ TEST(ProtocolTest, ActingAsAnotherRankIsPermissionDenied) {
   const grpc::Status status = raw.Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(status.error_message(), HasSubstr("may not act as rank 0"));
+  EXPECT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kCollectiveRefused &&
+               e.identity == "spiffe://fedgather/site-2";
+      },
+      absl::Seconds(10)));
 }
 
 TEST(ProtocolTest, SeqOutOfOrderEndsTheEpochForEveryone) {

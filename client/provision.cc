@@ -2,12 +2,14 @@
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
+#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/cert_issuer.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
@@ -15,40 +17,153 @@
 namespace fedgather {
 namespace {
 
+constexpr int kKeyMode = 0600;
+constexpr mode_t kDirMode = 0755;
+// Participant names and the first server name become a CN, which X.509
+// limits to 64 characters.
+constexpr size_t kMaxCommonName = 64;
+
 bool IsIpAddress(const std::string& name) {
   unsigned char buffer[16];
   return inet_pton(AF_INET, name.c_str(), buffer) == 1 ||
          inet_pton(AF_INET6, name.c_str(), buffer) == 1;
 }
 
-absl::Status ValidName(absl::string_view name) {
-  if (name.empty() || name == "." || name == ".." || name == "server") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", name, "' cannot name a participant"));
+// ValidName checks a participant or group name: [A-Za-z0-9._-]+, and not a
+// name that would collide with a path Provision writes.
+absl::Status ValidName(absl::string_view what, absl::string_view name) {
+  static constexpr absl::string_view kReserved[] = {
+      ".", "..", "server", "ca.pem", "ca-key.pem", "groups.yaml"};
+  if (name.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("empty ", what, " name"));
+  }
+  if (name.size() > kMaxCommonName) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " name '", name, "' is longer than ", kMaxCommonName));
   }
   for (char c : name) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
         c != '_' && c != '-') {
       return absl::InvalidArgumentError(absl::StrCat(
-          "participant name '", name, "' may hold only A-Z a-z 0-9 . _ -"));
+          what, " name '", name, "' may hold only A-Z a-z 0-9 . _ -"));
+    }
+  }
+  for (absl::string_view reserved : kReserved) {
+    if (name == reserved) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", name, "' cannot name a ", what));
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoToStatus(errno, absl::StrCat("mkdir ", path));
+absl::Status ValidServerName(const std::string& name) {
+  if (IsIpAddress(name)) return absl::OkStatus();
+  if (name.empty()) return absl::InvalidArgumentError("empty server name");
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' &&
+        c != '_' && c != '-' && c != '*') {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "server name '", name,
+          "' is neither an IP address nor a DNS name (A-Z a-z 0-9 . _ - *)"));
+    }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckOptions(const ProvisionOptions& options) {
+  if (options.out_dir.empty()) {
+    return absl::InvalidArgumentError("no output directory given");
+  }
+  if (options.server_names.empty()) {
+    return absl::InvalidArgumentError("no server names given");
+  }
+  for (const std::string& name : options.server_names) {
+    FG_RETURN_IF_ERROR(ValidServerName(name));
+  }
+  if (options.server_names.front().size() > kMaxCommonName) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the first server name, '", options.server_names.front(),
+                     "', becomes the CN and may not exceed ", kMaxCommonName,
+                     " characters"));
+  }
+  if (options.participants.empty()) {
+    return absl::InvalidArgumentError("no participants given");
+  }
+  std::set<std::string> seen;
+  for (const std::string& name : options.participants) {
+    FG_RETURN_IF_ERROR(ValidName("participant", name));
+    if (!seen.insert(name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("participant '", name, "' is listed twice"));
+    }
+  }
+  FG_RETURN_IF_ERROR(ValidName("group", options.group));
+  if (options.validity <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("validity ", absl::FormatDuration(options.validity),
+                     " is not positive"));
+  }
+  return absl::OkStatus();
+}
+
+// MakeDir creates `path` with mode kDirMode (regardless of the umask) unless
+// it is already a directory.
+absl::Status MakeDir(const std::string& path) {
+  if (::mkdir(path.c_str(), kDirMode) == 0) {
+    if (::chmod(path.c_str(), kDirMode) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
+    }
+    return absl::OkStatus();
+  }
+  const int error = errno;
+  struct stat st;
+  if (error == EEXIST && ::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
+    return ErrnoToStatus(ENOTDIR, absl::StrCat("mkdir ", path));
+  }
+  return ErrnoToStatus(error, absl::StrCat("mkdir ", path));
+}
+
+// MakeDirs is MakeDir for `path` and each missing parent.
+absl::Status MakeDirs(const std::string& path) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    if (path[slash - 1] == '/') continue;  // "a//b"
+    FG_RETURN_IF_ERROR(MakeDir(path.substr(0, slash)));
+  }
+  return MakeDir(path);
 }
 
 absl::Status WriteIdentity(const std::string& dir, const KeyAndCert& pair,
                            const std::string& ca_pem) {
   FG_RETURN_IF_ERROR(MakeDir(dir));
-  FG_RETURN_IF_ERROR(WriteStringToFile(dir + "/key.pem", pair.key_pem, 0600));
+  FG_RETURN_IF_ERROR(
+      WriteStringToFile(dir + "/key.pem", pair.key_pem, kKeyMode));
   FG_RETURN_IF_ERROR(WriteStringToFile(dir + "/cert.pem", pair.cert_pem));
   return WriteStringToFile(dir + "/ca.pem", ca_pem);
+}
+
+absl::StatusOr<std::string> GroupsYaml(const ProvisionOptions& options) {
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "groups" << YAML::Value
+      << YAML::BeginSeq;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << options.group;
+  out << YAML::Key << "world_size" << YAML::Value
+      << options.participants.size();
+  out << YAML::Key << "members" << YAML::Value << YAML::BeginSeq;
+  for (const std::string& name : options.participants) {
+    out << ParticipantIdentity(name);
+  }
+  out << YAML::EndSeq << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
+  if (!out.good()) {
+    return absl::InternalError(
+        absl::StrCat("emitting groups.yaml: ", out.GetLastError()));
+  }
+  return absl::StrCat(
+      "# fedgather groups file, written by `fedgather provision`.\n",
+      out.c_str(), "\n");
 }
 
 }  // namespace
@@ -58,33 +173,21 @@ std::string ParticipantIdentity(absl::string_view name) {
 }
 
 absl::Status Provision(const ProvisionOptions& options) {
-  if (options.out_dir.empty()) {
-    return absl::InvalidArgumentError("no output directory given");
-  }
-  if (options.server_names.empty()) {
-    return absl::InvalidArgumentError("no server names given");
-  }
-  if (options.participants.empty()) {
-    return absl::InvalidArgumentError("no participants given");
-  }
-  std::set<std::string> seen;
-  for (const std::string& name : options.participants) {
-    FG_RETURN_IF_ERROR(ValidName(name));
-    if (!seen.insert(name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("participant '", name, "' is listed twice"));
-    }
-  }
-  FG_RETURN_IF_ERROR(ValidName(options.group));
-  FG_RETURN_IF_ERROR(MakeDir(options.out_dir));
+  FG_RETURN_IF_ERROR(CheckOptions(options));
+  FG_ASSIGN_OR_RETURN(const std::string groups_yaml, GroupsYaml(options));
   const std::string& dir = options.out_dir;
+  FG_RETURN_IF_ERROR(MakeDirs(dir));
+
+  // Taken before the CA is made, so that every leaf expires no later than
+  // the CA, whose own clock reading comes after this one.
+  const absl::Time not_after = absl::Now() + options.validity;
   FG_ASSIGN_OR_RETURN(
       const KeyAndCert ca,
       CreateCertificateAuthority("fedgather CA", options.validity));
-  FG_RETURN_IF_ERROR(WriteStringToFile(dir + "/ca-key.pem", ca.key_pem, 0600));
+  FG_RETURN_IF_ERROR(
+      WriteStringToFile(dir + "/ca-key.pem", ca.key_pem, kKeyMode));
   FG_RETURN_IF_ERROR(WriteStringToFile(dir + "/ca.pem", ca.cert_pem));
 
-  const absl::Time now = absl::Now();
   CertificateSpec server;
   server.common_name = options.server_names.front();
   for (const std::string& name : options.server_names) {
@@ -92,28 +195,22 @@ absl::Status Provision(const ProvisionOptions& options) {
         .push_back(name);
   }
   server.server_auth = true;
-  server.not_after = now + options.validity;
+  server.not_after = not_after;
   FG_ASSIGN_OR_RETURN(const KeyAndCert server_pair,
                       IssueCertificate(ca, server));
   FG_RETURN_IF_ERROR(WriteIdentity(dir + "/server", server_pair, ca.cert_pem));
 
-  std::string groups = absl::StrCat(
-      "# fedgather groups file, written by `fedgather provision`.\n"
-      "groups:\n  - name: ",
-      options.group, "\n    world_size: ", options.participants.size(),
-      "\n    members:\n");
   for (const std::string& name : options.participants) {
     CertificateSpec participant;
     participant.common_name = name;
     participant.uris = {ParticipantIdentity(name)};
     participant.client_auth = true;
-    participant.not_after = now + options.validity;
+    participant.not_after = not_after;
     FG_ASSIGN_OR_RETURN(const KeyAndCert pair,
                         IssueCertificate(ca, participant));
     FG_RETURN_IF_ERROR(WriteIdentity(dir + "/" + name, pair, ca.cert_pem));
-    absl::StrAppend(&groups, "      - ", ParticipantIdentity(name), "\n");
   }
-  return WriteStringToFile(dir + "/groups.yaml", groups);
+  return WriteStringToFile(dir + "/groups.yaml", groups_yaml);
 }
 
 }  // namespace fedgather

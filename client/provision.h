@@ -13,25 +13,44 @@
 namespace fedgather {
 
 struct ProvisionOptions {
+  // Output directory; created (with missing parents) when absent.
   std::string out_dir;
-  // DNS names and IP addresses the server is dialled by; IP literals become
-  // IP SANs, the others DNS SANs; the first is the CN.
+  // DNS names and IP addresses the server is dialled by, e.g. {"localhost",
+  // "127.0.0.1"}; IP literals become IP SANs, the others DNS SANs; the first
+  // is the CN (at most 64 characters). Names hold only A-Z a-z 0-9 . _ - *.
   std::vector<std::string> server_names;
-  // Participant names, [A-Za-z0-9._-]+, unique.
+  // Participant names, e.g. {"site-1", "site-2"}: [A-Za-z0-9._-]{1,64},
+  // unique, and none of ".", "..", "server", "ca.pem", "ca-key.pem",
+  // "groups.yaml".
   std::vector<std::string> participants;
+  // The group groups.yaml declares, with the same character rule.
   std::string group = "demo";
+  // Validity of the CA and of every certificate it issues here.
   absl::Duration validity = absl::Hours(24 * 365);
 };
 
-// Provision writes DIR/ca.pem, DIR/ca-key.pem, DIR/server/{cert,key,ca}.pem,
-// DIR/<name>/{cert,key,ca}.pem for every participant (CN <name>, SAN URI
-// ParticipantIdentity(name), clientAuth) and DIR/groups.yaml declaring
-// `group` with every participant as a member and world size their count.
-// Key files are mode 0600. INVALID_ARGUMENT for bad names or empty lists;
-// file errors name the path. Blocks.
+// Provision writes, under DIR = options.out_dir:
+//   DIR/ca.pem, DIR/ca-key.pem             the CA (CN "fedgather CA")
+//   DIR/server/{cert.pem,key.pem,ca.pem}   serverAuth, SANs server_names
+//   DIR/<name>/{cert.pem,key.pem,ca.pem}   per participant: CN <name>, SAN
+//                                          URI ParticipantIdentity(name),
+//                                          clientAuth
+//   DIR/groups.yaml                        `group`, world_size = number of
+//                                          participants, members = their
+//                                          identities in the order given
+// Existing files are replaced (each via a temporary file and a rename).
+// Every key file is created mode 0600 and forced to it, other files 0644;
+// directories Provision creates are 0755. Leaf certificates never outlive
+// the CA. All options are checked before anything is written; a later I/O
+// error leaves whatever was already written.
+// INVALID_ARGUMENT for an empty out_dir or list, a bad or repeated name, or
+// a validity that is not positive; for I/O errors a status whose code
+// follows errno (see ErrnoToStatus) and whose message names the path;
+// INTERNAL from certificate issuing. Blocks on file I/O and key generation.
 absl::Status Provision(const ProvisionOptions& options);
 
-// ParticipantIdentity returns "spiffe://fedgather/<name>".
+// ParticipantIdentity returns "spiffe://fedgather/" + name, the identity a
+// participant's certificate carries and groups.yaml lists.
 std::string ParticipantIdentity(absl::string_view name);
 
 }  // namespace fedgather

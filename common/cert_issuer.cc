@@ -1,12 +1,16 @@
 #include "common/cert_issuer.h"
 
 #include <arpa/inet.h>
+#include <openssl/asn1.h>
 #include <openssl/bn.h>
-#include <openssl/ec.h>
+#include <openssl/err.h>
 #include <openssl/pem.h>
 
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/openssl_util.h"
 #include "common/status_macros.h"
@@ -14,17 +18,65 @@
 namespace fedgather {
 namespace {
 
+// Holders for the types openssl_util.h has no deleter for.
+struct GeneralNameDeleter {
+  void operator()(GENERAL_NAME* p) const { GENERAL_NAME_free(p); }
+};
+using GeneralNamePtr = std::unique_ptr<GENERAL_NAME, GeneralNameDeleter>;
+struct Asn1StringDeleter {
+  void operator()(ASN1_STRING* p) const { ASN1_STRING_free(p); }
+};
+using Asn1StringPtr = std::unique_ptr<ASN1_STRING, Asn1StringDeleter>;
+
+// NoPassphrase refuses to decrypt: an encrypted CA key is an error, never a
+// prompt on the terminal (OpenSSL's default callback reads one).
+int NoPassphrase(char*, int, int, void*) { return 0; }
+
+std::string Rfc3339(absl::Time t) {
+  return absl::FormatTime(absl::RFC3339_sec, t, absl::UTCTimeZone());
+}
+
+// CheckCommonName rejects control characters; OpenSSL itself rejects a CN
+// over 64 characters (ub-common-name) or one that is not UTF-8.
+absl::Status CheckCommonName(const std::string& cn) {
+  for (unsigned char c : cn) {
+    if (c < 0x20 || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("common name '", cn, "' holds a control character"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// CheckSanText accepts non-empty printable ASCII without spaces, which is
+// what a DNS name or URI in an IA5String SAN may hold.
+absl::Status CheckSanText(absl::string_view kind, const std::string& value) {
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("empty SAN ", kind));
+  }
+  for (unsigned char c : value) {
+    if (c <= 0x20 || c >= 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SAN ", kind, " '", value,
+                       "' may hold only printable ASCII without spaces"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<OpenSslPtr<EVP_PKEY>> NewKey() {
   OpenSslPtr<EVP_PKEY> key(EVP_EC_gen("P-256"));
   if (key == nullptr) return OpenSslError("EC P-256 key generation");
   return key;
 }
 
+// AddExtension adds one extension given in OpenSSL's configuration syntax;
+// only fixed values from this file are passed, never caller text.
 absl::Status AddExtension(X509* cert, X509* issuer, int nid,
-                          const std::string& value) {
+                          const char* value) {
   X509V3_CTX ctx;
   X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
-  X509_EXTENSION* ext = X509V3_EXT_nconf_nid(nullptr, &ctx, nid, value.c_str());
+  X509_EXTENSION* ext = X509V3_EXT_nconf_nid(nullptr, &ctx, nid, value);
   if (ext == nullptr) {
     return OpenSslError(
         absl::StrCat("extension ", OBJ_nid2sn(nid), "=", value));
@@ -34,62 +86,171 @@ absl::Status AddExtension(X509* cert, X509* issuer, int nid,
   return added == 1 ? absl::OkStatus() : OpenSslError("X509_add_ext");
 }
 
-// NewCertificate makes an unsigned certificate for `key` named `cn`.
+absl::Status PushName(GENERAL_NAMES* names, int type, ASN1_STRING* value) {
+  Asn1StringPtr owned(value);
+  GeneralNamePtr name(GENERAL_NAME_new());
+  if (owned == nullptr || name == nullptr) return OpenSslError("GENERAL_NAME");
+  GENERAL_NAME_set0_value(name.get(), type, owned.release());
+  if (sk_GENERAL_NAME_push(names, name.get()) <= 0) {
+    return OpenSslError("sk_GENERAL_NAME_push");
+  }
+  name.release();  // Now owned by `names`.
+  return absl::OkStatus();
+}
+
+absl::Status PushText(GENERAL_NAMES* names, int type, const std::string& text) {
+  ASN1_IA5STRING* value = ASN1_IA5STRING_new();
+  if (value != nullptr &&
+      ASN1_STRING_set(value, text.data(), static_cast<int>(text.size())) != 1) {
+    ASN1_IA5STRING_free(value);
+    return OpenSslError("ASN1_STRING_set");
+  }
+  return PushName(names, type, value);
+}
+
+// BuildSubjectAltNames builds the SAN list of `spec` with OpenSSL's object
+// API, so that no caller text is ever parsed as configuration syntax.
+// Returns null when `spec` has no SANs.
+absl::StatusOr<OpenSslPtr<GENERAL_NAMES>> BuildSubjectAltNames(
+    const CertificateSpec& spec) {
+  for (const std::string& dns : spec.dns_names) {
+    FG_RETURN_IF_ERROR(CheckSanText("DNS name", dns));
+  }
+  for (const std::string& uri : spec.uris) {
+    FG_RETURN_IF_ERROR(CheckSanText("URI", uri));
+  }
+  std::vector<std::string> ip_bytes;
+  for (const std::string& ip : spec.ip_addresses) {
+    unsigned char buffer[16];
+    if (inet_pton(AF_INET, ip.c_str(), buffer) == 1) {
+      ip_bytes.emplace_back(reinterpret_cast<char*>(buffer), 4);
+    } else if (inet_pton(AF_INET6, ip.c_str(), buffer) == 1) {
+      ip_bytes.emplace_back(reinterpret_cast<char*>(buffer), 16);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", ip, "' is not an IPv4 or IPv6 address"));
+    }
+  }
+  if (spec.dns_names.empty() && ip_bytes.empty() && spec.uris.empty()) {
+    return OpenSslPtr<GENERAL_NAMES>();
+  }
+  OpenSslPtr<GENERAL_NAMES> names(sk_GENERAL_NAME_new_null());
+  if (names == nullptr) return OpenSslError("sk_GENERAL_NAME_new_null");
+  for (const std::string& dns : spec.dns_names) {
+    FG_RETURN_IF_ERROR(PushText(names.get(), GEN_DNS, dns));
+  }
+  for (const std::string& bytes : ip_bytes) {
+    ASN1_OCTET_STRING* value = ASN1_OCTET_STRING_new();
+    if (value != nullptr &&
+        ASN1_OCTET_STRING_set(
+            value, reinterpret_cast<const unsigned char*>(bytes.data()),
+            static_cast<int>(bytes.size())) != 1) {
+      ASN1_OCTET_STRING_free(value);
+      return OpenSslError("ASN1_OCTET_STRING_set");
+    }
+    FG_RETURN_IF_ERROR(PushName(names.get(), GEN_IPADD, value));
+  }
+  for (const std::string& uri : spec.uris) {
+    FG_RETURN_IF_ERROR(PushText(names.get(), GEN_URI, uri));
+  }
+  return names;
+}
+
+absl::Status SetRandomSerial(X509* cert) {
+  OpenSslPtr<BIGNUM> serial(BN_new());
+  if (serial == nullptr) return OpenSslError("BN_new");
+  do {
+    if (BN_rand(serial.get(), 128, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1) {
+      return OpenSslError("BN_rand");
+    }
+  } while (BN_is_zero(serial.get()));  // RFC 5280 wants a positive serial.
+  if (BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert)) ==
+      nullptr) {
+    return OpenSslError("BN_to_ASN1_INTEGER");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetTime(ASN1_TIME* field, absl::Time t, absl::string_view which) {
+  if (ASN1_TIME_set(field, absl::ToTimeT(t)) == nullptr) {
+    return OpenSslError(
+        absl::StrCat(which, " ", Rfc3339(t), " cannot be encoded"),
+        absl::StatusCode::kInvalidArgument);
+  }
+  return absl::OkStatus();
+}
+
+// NewCertificate makes an unsigned version-3 certificate for `key`, subject
+// CN `cn` (none when empty), with a random serial and the given window.
 absl::StatusOr<OpenSslPtr<X509>> NewCertificate(EVP_PKEY* key,
                                                 const std::string& cn,
                                                 absl::Time not_before,
                                                 absl::Time not_after) {
+  if (not_after <= not_before) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not_after ", Rfc3339(not_after),
+                     " is not after not_before ", Rfc3339(not_before)));
+  }
   OpenSslPtr<X509> cert(X509_new());
   if (cert == nullptr) return OpenSslError("X509_new");
-  OpenSslPtr<BIGNUM> serial(BN_new());
-  if (serial == nullptr ||
-      BN_rand(serial.get(), 127, BN_RAND_TOP_ANY, BN_RAND_BOTTOM_ANY) != 1 ||
-      BN_to_ASN1_INTEGER(serial.get(), X509_get_serialNumber(cert.get())) ==
-          nullptr) {
-    return OpenSslError("serial number");
+  if (X509_set_version(cert.get(), X509_VERSION_3) != 1) {
+    return OpenSslError("X509_set_version");
   }
-  X509_NAME* name = X509_get_subject_name(cert.get());
-  if (X509_set_version(cert.get(), 2) != 1 ||
-      ASN1_TIME_set(X509_getm_notBefore(cert.get()),
-                    absl::ToTimeT(not_before)) == nullptr ||
-      ASN1_TIME_set(X509_getm_notAfter(cert.get()), absl::ToTimeT(not_after)) ==
-          nullptr ||
-      (!cn.empty() && X509_NAME_add_entry_by_txt(
-                          name, "CN", MBSTRING_UTF8,
-                          reinterpret_cast<const unsigned char*>(cn.c_str()),
-                          -1, -1, 0) != 1) ||
-      X509_set_pubkey(cert.get(), key) != 1) {
-    return OpenSslError("certificate fields");
+  FG_RETURN_IF_ERROR(SetRandomSerial(cert.get()));
+  FG_RETURN_IF_ERROR(
+      SetTime(X509_getm_notBefore(cert.get()), not_before, "not_before"));
+  FG_RETURN_IF_ERROR(
+      SetTime(X509_getm_notAfter(cert.get()), not_after, "not_after"));
+  if (!cn.empty() && X509_NAME_add_entry_by_txt(
+                         X509_get_subject_name(cert.get()), "CN", MBSTRING_UTF8,
+                         reinterpret_cast<const unsigned char*>(cn.data()),
+                         static_cast<int>(cn.size()), -1, 0) != 1) {
+    // The value is the only thing that can be wrong here: too long, or not
+    // UTF-8.
+    return OpenSslError(absl::StrCat("common name '", cn, "'"),
+                        absl::StatusCode::kInvalidArgument);
+  }
+  if (X509_set_pubkey(cert.get(), key) != 1) {
+    return OpenSslError("X509_set_pubkey");
   }
   return cert;
+}
+
+absl::StatusOr<std::string> BioContents(BIO* bio) {
+  char* data = nullptr;
+  const long size = BIO_get_mem_data(bio, &data);
+  if (size < 0 || (size > 0 && data == nullptr)) {
+    return OpenSslError("BIO_get_mem_data");
+  }
+  return std::string(data, static_cast<size_t>(size));
 }
 
 absl::StatusOr<KeyAndCert> Encode(EVP_PKEY* key, X509* cert) {
   OpenSslPtr<BIO> key_bio(BIO_new(BIO_s_mem()));
   OpenSslPtr<BIO> cert_bio(BIO_new(BIO_s_mem()));
-  if (key_bio == nullptr || cert_bio == nullptr ||
-      PEM_write_bio_PrivateKey(key_bio.get(), key, nullptr, nullptr, 0, nullptr,
-                               nullptr) != 1 ||
-      PEM_write_bio_X509(cert_bio.get(), cert) != 1) {
-    return OpenSslError("PEM encoding");
+  if (key_bio == nullptr || cert_bio == nullptr) return OpenSslError("BIO_new");
+  // PEM_write_bio_PrivateKey writes PKCS#8 in OpenSSL 3.
+  if (PEM_write_bio_PrivateKey(key_bio.get(), key, nullptr, nullptr, 0, nullptr,
+                               nullptr) != 1) {
+    return OpenSslError("PEM_write_bio_PrivateKey");
+  }
+  if (PEM_write_bio_X509(cert_bio.get(), cert) != 1) {
+    return OpenSslError("PEM_write_bio_X509");
   }
   KeyAndCert out;
-  char* data = nullptr;
-  long size = BIO_get_mem_data(key_bio.get(), &data);
-  out.key_pem.assign(data, static_cast<size_t>(size));
-  size = BIO_get_mem_data(cert_bio.get(), &data);
-  out.cert_pem.assign(data, static_cast<size_t>(size));
+  FG_ASSIGN_OR_RETURN(out.key_pem, BioContents(key_bio.get()));
+  FG_ASSIGN_OR_RETURN(out.cert_pem, BioContents(cert_bio.get()));
   return out;
 }
 
 absl::StatusOr<OpenSslPtr<EVP_PKEY>> ParseKeyPem(const std::string& pem) {
   OpenSslPtr<BIO> bio(
       BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (bio == nullptr) return OpenSslError("BIO_new_mem_buf");
   OpenSslPtr<EVP_PKEY> key(
-      bio ? PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr)
-          : nullptr);
+      PEM_read_bio_PrivateKey(bio.get(), nullptr, NoPassphrase, nullptr));
   if (key == nullptr) {
-    return OpenSslError("the CA key is not a PEM private key",
+    return OpenSslError("the CA key is not an unencrypted PEM private key",
                         absl::StatusCode::kInvalidArgument);
   }
   return key;
@@ -104,14 +265,23 @@ absl::Status Sign(X509* cert, EVP_PKEY* key) {
 
 absl::StatusOr<KeyAndCert> CreateCertificateAuthority(
     const std::string& common_name, absl::Duration validity) {
+  ERR_clear_error();  // So errors reported below are this call's own.
+  if (common_name.empty()) {
+    return absl::InvalidArgumentError("a CA needs a common name");
+  }
+  FG_RETURN_IF_ERROR(CheckCommonName(common_name));
+  if (validity <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CA validity ", absl::FormatDuration(validity), " is not positive"));
+  }
   FG_ASSIGN_OR_RETURN(OpenSslPtr<EVP_PKEY> key, NewKey());
   const absl::Time now = absl::Now();
   FG_ASSIGN_OR_RETURN(OpenSslPtr<X509> cert,
                       NewCertificate(key.get(), common_name,
-                                     now - absl::Minutes(5), now + validity));
+                                     now - kDefaultBackdate, now + validity));
   X509* c = cert.get();
   if (X509_set_issuer_name(c, X509_get_subject_name(c)) != 1) {
-    return OpenSslError("issuer name");
+    return OpenSslError("X509_set_issuer_name");
   }
   FG_RETURN_IF_ERROR(
       AddExtension(c, c, NID_basic_constraints, "critical,CA:TRUE"));
@@ -124,66 +294,63 @@ absl::StatusOr<KeyAndCert> CreateCertificateAuthority(
 
 absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
                                             const CertificateSpec& spec) {
+  ERR_clear_error();  // So errors reported below are this call's own.
+  // Check everything the caller gave before generating a key.
   absl::StatusOr<OpenSslPtr<X509>> ca_cert = ParseCertificatePem(ca.cert_pem);
   if (!ca_cert.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("CA certificate: ", ca_cert.status().message()));
   }
+  X509* issuer = ca_cert->get();
   FG_ASSIGN_OR_RETURN(OpenSslPtr<EVP_PKEY> ca_key, ParseKeyPem(ca.key_pem));
-  std::vector<std::string> sans;
-  for (const std::string& dns : spec.dns_names) sans.push_back("DNS:" + dns);
-  for (const std::string& ip : spec.ip_addresses) {
-    unsigned char buffer[16];
-    if (inet_pton(AF_INET, ip.c_str(), buffer) != 1 &&
-        inet_pton(AF_INET6, ip.c_str(), buffer) != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", ip, "' is not an IP address"));
-    }
-    sans.push_back("IP:" + ip);
+  if (X509_check_private_key(issuer, ca_key.get()) != 1) {
+    return OpenSslError("the CA key does not match the CA certificate",
+                        absl::StatusCode::kInvalidArgument);
   }
-  for (const std::string& uri : spec.uris) sans.push_back("URI:" + uri);
-  for (const std::string& san : sans) {
-    if (san.find(',') != std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "subject alternative name '", san, "' contains a comma"));
-    }
+  if (X509_check_ca(issuer) == 0) {
+    return absl::InvalidArgumentError(
+        "the CA certificate is not a certificate authority");
   }
+  FG_RETURN_IF_ERROR(CheckCommonName(spec.common_name));
+  FG_ASSIGN_OR_RETURN(OpenSslPtr<GENERAL_NAMES> sans,
+                      BuildSubjectAltNames(spec));
 
-  FG_ASSIGN_OR_RETURN(OpenSslPtr<EVP_PKEY> key, NewKey());
   const absl::Time now = absl::Now();
   const absl::Time not_before = spec.not_before == absl::InfinitePast()
-                                    ? now - absl::Minutes(5)
+                                    ? now - kDefaultBackdate
                                     : spec.not_before;
   const absl::Time not_after = spec.not_after == absl::InfiniteFuture()
-                                   ? now + absl::Hours(24 * 365)
+                                   ? now + kDefaultLeafValidity
                                    : spec.not_after;
+  FG_ASSIGN_OR_RETURN(OpenSslPtr<EVP_PKEY> key, NewKey());
   FG_ASSIGN_OR_RETURN(
       OpenSslPtr<X509> cert,
       NewCertificate(key.get(), spec.common_name, not_before, not_after));
   X509* c = cert.get();
-  X509* issuer = ca_cert->get();
   if (X509_set_issuer_name(c, X509_get_subject_name(issuer)) != 1) {
-    return OpenSslError("issuer name");
+    return OpenSslError("X509_set_issuer_name");
   }
   FG_RETURN_IF_ERROR(
       AddExtension(c, issuer, NID_basic_constraints, "critical,CA:FALSE"));
   FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_key_usage,
                                   "critical,digitalSignature,keyEncipherment"));
-  std::vector<std::string> usages;
-  if (spec.server_auth) usages.push_back("serverAuth");
-  if (spec.client_auth) usages.push_back("clientAuth");
-  if (!usages.empty()) {
-    FG_RETURN_IF_ERROR(
-        AddExtension(c, issuer, NID_ext_key_usage, absl::StrJoin(usages, ",")));
+  if (spec.server_auth || spec.client_auth) {
+    const char* usage = spec.server_auth && spec.client_auth
+                            ? "serverAuth,clientAuth"
+                        : spec.server_auth ? "serverAuth"
+                                           : "clientAuth";
+    FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_ext_key_usage, usage));
   }
-  if (!sans.empty()) {
-    FG_RETURN_IF_ERROR(AddExtension(c, issuer, NID_subject_alt_name,
-                                    absl::StrJoin(sans, ",")));
+  if (sans != nullptr &&
+      X509_add1_ext_i2d(c, NID_subject_alt_name, sans.get(),
+                        /*crit=*/0, X509V3_ADD_DEFAULT) != 1) {
+    return OpenSslError("subjectAltName");
   }
   FG_RETURN_IF_ERROR(
       AddExtension(c, issuer, NID_subject_key_identifier, "hash"));
+  // The key id when the CA has one, else the CA's issuer name and serial.
   FG_RETURN_IF_ERROR(
-      AddExtension(c, issuer, NID_authority_key_identifier, "keyid:always"));
+      AddExtension(c, issuer, NID_authority_key_identifier, "keyid,issuer"));
   FG_RETURN_IF_ERROR(Sign(c, ca_key.get()));
   return Encode(key.get(), c);
 }

@@ -1,13 +1,19 @@
 #include "client/provision.h"
 
 #include <gtest/gtest.h>
+#include <openssl/pem.h>
+#include <openssl/x509_vfy.h>
+#include <openssl/x509v3.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "common/file_io.h"
+#include "common/openssl_util.h"
 #include "common/peer_identity.h"
 #include "server/group_config.h"
 
@@ -26,50 +32,264 @@ int Mode(const std::string& path) {
   return st.st_mode & 0777;
 }
 
-TEST(ProvisionTest, WritesEveryFileWithIdentitiesAndPrivateKeys) {
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::string Read(const std::string& path) {
+  absl::StatusOr<std::string> contents = ReadFileToString(path);
+  EXPECT_TRUE(contents.ok()) << contents.status();
+  return contents.ok() ? *contents : "";
+}
+
+OpenSslPtr<X509> ParseCert(const std::string& pem) {
+  auto cert = ParseCertificatePem(pem);
+  EXPECT_TRUE(cert.ok()) << cert.status();
+  return cert.ok() ? *std::move(cert) : nullptr;
+}
+
+OpenSslPtr<EVP_PKEY> ParseKey(const std::string& pem) {
+  OpenSslPtr<BIO> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return OpenSslPtr<EVP_PKEY>(
+      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+}
+
+struct StoreDeleter {
+  void operator()(X509_STORE* p) const { X509_STORE_free(p); }
+  void operator()(X509_STORE_CTX* p) const { X509_STORE_CTX_free(p); }
+};
+
+// VerifyError verifies `leaf_pem` for `purpose` against the single trusted
+// `ca_pem` and returns X509_V_OK or the verification error.
+int VerifyError(const std::string& ca_pem, const std::string& leaf_pem,
+                int purpose) {
+  OpenSslPtr<X509> ca = ParseCert(ca_pem);
+  OpenSslPtr<X509> leaf = ParseCert(leaf_pem);
+  if (ca == nullptr || leaf == nullptr) return -1;
+  std::unique_ptr<X509_STORE, StoreDeleter> store(X509_STORE_new());
+  std::unique_ptr<X509_STORE_CTX, StoreDeleter> ctx(X509_STORE_CTX_new());
+  if (X509_STORE_add_cert(store.get(), ca.get()) != 1 ||
+      X509_STORE_CTX_init(ctx.get(), store.get(), leaf.get(), nullptr) != 1) {
+    return -1;
+  }
+  X509_STORE_CTX_set_purpose(ctx.get(), purpose);
+  X509_verify_cert(ctx.get());
+  return X509_STORE_CTX_get_error(ctx.get());
+}
+
+std::vector<std::string> Sans(X509* cert, int type) {
+  std::vector<std::string> out;
+  OpenSslPtr<GENERAL_NAMES> names(static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
+  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names.get());
+       ++i) {
+    GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
+    if (name->type != type) continue;
+    ASN1_STRING* s = type == GEN_IPADD ? name->d.iPAddress : name->d.ia5;
+    out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
+                     ASN1_STRING_length(s));
+  }
+  return out;
+}
+
+// ExpectKeyPair checks that DIR/key.pem (mode 0600) holds the key of
+// DIR/cert.pem.
+void ExpectKeyPair(const std::string& key_path, const std::string& cert_path) {
+  EXPECT_EQ(Mode(key_path), 0600) << key_path;
+  EXPECT_EQ(Mode(cert_path), 0644) << cert_path;
+  OpenSslPtr<EVP_PKEY> key = ParseKey(Read(key_path));
+  OpenSslPtr<X509> cert = ParseCert(Read(cert_path));
+  ASSERT_TRUE(key != nullptr && cert != nullptr) << key_path;
+  EXPECT_EQ(X509_check_private_key(cert.get(), key.get()), 1) << key_path;
+}
+
+ProvisionOptions ThreeSites(const std::string& out_dir) {
   ProvisionOptions options;
-  options.out_dir = TempDir() + "/pki";
+  options.out_dir = out_dir;
   options.server_names = {"localhost", "127.0.0.1"};
   options.participants = {"site-1", "site-2", "site-3"};
-  ASSERT_TRUE(Provision(options).ok());
-  const std::string& dir = options.out_dir;
-  EXPECT_EQ(Mode(dir + "/ca-key.pem"), 0600);
-  EXPECT_EQ(Mode(dir + "/server/key.pem"), 0600);
-  for (const std::string& name : options.participants) {
-    EXPECT_EQ(Mode(dir + "/" + name + "/key.pem"), 0600);
-    auto cert = ReadFileToString(dir + "/" + name + "/cert.pem");
-    ASSERT_TRUE(cert.ok());
-    EXPECT_EQ(IdentityFromCertificatePem(*cert).value(),
-              ParticipantIdentity(name));
-    EXPECT_EQ(ReadFileToString(dir + "/" + name + "/ca.pem").value(),
-              ReadFileToString(dir + "/ca.pem").value());
-  }
-  auto server = ReadFileToString(dir + "/server/cert.pem");
-  ASSERT_TRUE(server.ok());
-  EXPECT_EQ(IdentityFromCertificatePem(*server).value(), "localhost");
+  return options;
+}
 
-  // The groups file is what the server loads.
+TEST(ProvisionTest, WritesEveryFileWithIdentitiesAndPrivateKeys) {
+  // A missing parent is created too.
+  const ProvisionOptions options = ThreeSites(TempDir() + "/new/pki");
+  const absl::Status status = Provision(options);
+  ASSERT_TRUE(status.ok()) << status;
+  const std::string& dir = options.out_dir;
+  EXPECT_EQ(Mode(dir), 0755);
+  EXPECT_EQ(Mode(dir + "/server"), 0755);
+  EXPECT_EQ(Mode(dir + "/groups.yaml"), 0644);
+  ExpectKeyPair(dir + "/ca-key.pem", dir + "/ca.pem");
+  const std::string ca_pem = Read(dir + "/ca.pem");
+  OpenSslPtr<X509> ca = ParseCert(ca_pem);
+  ASSERT_NE(ca, nullptr);
+  EXPECT_EQ(X509_check_ca(ca.get()), 1);
+
+  for (const std::string& name : options.participants) {
+    SCOPED_TRACE(name);
+    const std::string site = dir + "/" + name;
+    EXPECT_EQ(Mode(site), 0755);
+    ExpectKeyPair(site + "/key.pem", site + "/cert.pem");
+    EXPECT_EQ(Read(site + "/ca.pem"), ca_pem);
+    const std::string cert_pem = Read(site + "/cert.pem");
+    EXPECT_EQ(VerifyError(ca_pem, cert_pem, X509_PURPOSE_SSL_CLIENT),
+              X509_V_OK);
+    // clientAuth only: the certificate cannot serve.
+    EXPECT_EQ(VerifyError(ca_pem, cert_pem, X509_PURPOSE_SSL_SERVER),
+              X509_V_ERR_INVALID_PURPOSE);
+    absl::StatusOr<std::string> identity = IdentityFromCertificatePem(cert_pem);
+    ASSERT_TRUE(identity.ok()) << identity.status();
+    EXPECT_EQ(*identity, "spiffe://fedgather/" + name);
+    EXPECT_EQ(*identity, ParticipantIdentity(name));
+    OpenSslPtr<X509> cert = ParseCert(cert_pem);
+    char cn[128] = {};
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName,
+                              cn, sizeof(cn));
+    EXPECT_EQ(std::string(cn), name);
+    // No leaf outlives the CA.
+    EXPECT_LE(ASN1_TIME_compare(X509_get0_notAfter(cert.get()),
+                                X509_get0_notAfter(ca.get())),
+              0);
+  }
+
+  ExpectKeyPair(dir + "/server/key.pem", dir + "/server/cert.pem");
+  EXPECT_EQ(Read(dir + "/server/ca.pem"), ca_pem);
+  const std::string server_pem = Read(dir + "/server/cert.pem");
+  EXPECT_EQ(VerifyError(ca_pem, server_pem, X509_PURPOSE_SSL_SERVER),
+            X509_V_OK);
+  OpenSslPtr<X509> server = ParseCert(server_pem);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(Sans(server.get(), GEN_DNS), std::vector<std::string>{"localhost"});
+  EXPECT_EQ(Sans(server.get(), GEN_IPADD),
+            std::vector<std::string>{std::string("\x7f\x00\x00\x01", 4)});
+  EXPECT_EQ(X509_check_host(server.get(), "localhost", 0, 0, nullptr), 1);
+  EXPECT_EQ(X509_check_ip_asc(server.get(), "127.0.0.1", 0), 1);
+  EXPECT_EQ(IdentityFromCertificatePem(server_pem).value(), "localhost");
+
+  // groups.yaml, read with yaml-cpp directly...
+  const YAML::Node root = YAML::LoadFile(dir + "/groups.yaml");
+  ASSERT_TRUE(root["groups"].IsSequence());
+  ASSERT_EQ(root["groups"].size(), 1u);
+  const YAML::Node group = root["groups"][0];
+  EXPECT_EQ(group["name"].as<std::string>(), "demo");
+  EXPECT_EQ(group["world_size"].as<int>(), 3);
+  EXPECT_EQ(group["members"].as<std::vector<std::string>>(),
+            (std::vector<std::string>{"spiffe://fedgather/site-1",
+                                      "spiffe://fedgather/site-2",
+                                      "spiffe://fedgather/site-3"}));
+  // ...and with the server's loader, which is what consumes it.
   auto groups = server::LoadGroupsFile(dir + "/groups.yaml");
   ASSERT_TRUE(groups.ok()) << groups.status();
   ASSERT_EQ(groups->size(), 1u);
   EXPECT_EQ((*groups)[0].name, "demo");
   EXPECT_EQ((*groups)[0].world_size, 3);
   EXPECT_EQ((*groups)[0].members,
-            (std::vector<std::string>{"spiffe://fedgather/site-1",
-                                      "spiffe://fedgather/site-2",
-                                      "spiffe://fedgather/site-3"}));
+            group["members"].as<std::vector<std::string>>());
 }
 
-TEST(ProvisionTest, RejectsBadNames) {
+TEST(ProvisionTest, GroupsFileIsTheDocumentedSchema) {
   ProvisionOptions options;
   options.out_dir = TempDir();
   options.server_names = {"localhost"};
-  options.participants = {"a/b"};
-  EXPECT_EQ(Provision(options).code(), absl::StatusCode::kInvalidArgument);
-  options.participants = {"x", "x"};
-  EXPECT_EQ(Provision(options).code(), absl::StatusCode::kInvalidArgument);
-  options.participants = {};
-  EXPECT_EQ(Provision(options).code(), absl::StatusCode::kInvalidArgument);
+  options.participants = {"site-1", "site-2"};
+  ASSERT_TRUE(Provision(options).ok());
+  EXPECT_EQ(Read(options.out_dir + "/groups.yaml"),
+            "# fedgather groups file, written by `fedgather provision`.\n"
+            "groups:\n"
+            "  - name: demo\n"
+            "    world_size: 2\n"
+            "    members:\n"
+            "      - spiffe://fedgather/site-1\n"
+            "      - spiffe://fedgather/site-2\n");
+}
+
+TEST(ProvisionTest, GroupNameThatYamlReadsAsNullStaysAString) {
+  ProvisionOptions options = ThreeSites(TempDir());
+  options.group = "null";
+  ASSERT_TRUE(Provision(options).ok());
+  auto groups = server::LoadGroupsFile(options.out_dir + "/groups.yaml");
+  ASSERT_TRUE(groups.ok()) << groups.status();
+  EXPECT_EQ((*groups)[0].name, "null");
+}
+
+TEST(ProvisionTest, OverwritesAndForcesKeyModes) {
+  const ProvisionOptions options = ThreeSites(TempDir());
+  ASSERT_TRUE(Provision(options).ok());
+  const std::string key = options.out_dir + "/site-2/key.pem";
+  const std::string first = Read(key);
+  ASSERT_EQ(::chmod(key.c_str(), 0644), 0);
+  ASSERT_EQ(::chmod((options.out_dir + "/ca-key.pem").c_str(), 0644), 0);
+  ASSERT_TRUE(Provision(options).ok());
+  EXPECT_NE(Read(key), first);
+  EXPECT_EQ(Mode(key), 0600);
+  EXPECT_EQ(Mode(options.out_dir + "/ca-key.pem"), 0600);
+  ExpectKeyPair(key, options.out_dir + "/site-2/cert.pem");
+  EXPECT_EQ(VerifyError(Read(options.out_dir + "/ca.pem"),
+                        Read(options.out_dir + "/site-2/cert.pem"),
+                        X509_PURPOSE_SSL_CLIENT),
+            X509_V_OK);
+}
+
+TEST(ProvisionTest, RejectsBadOptionsBeforeWritingAnything) {
+  const std::string out_dir = TempDir() + "/pki";
+  std::vector<ProvisionOptions> bad;
+  for (const std::vector<std::string>& participants :
+       std::vector<std::vector<std::string>>{{"a/b"},
+                                             {"x", "x"},
+                                             {},
+                                             {""},
+                                             {".."},
+                                             {"server"},
+                                             {"ca.pem"},
+                                             {"groups.yaml"},
+                                             {"sp ace"},
+                                             {std::string(65, 'n')}}) {
+    ProvisionOptions options = ThreeSites(out_dir);
+    options.participants = participants;
+    bad.push_back(options);
+  }
+  for (const std::vector<std::string>& server_names :
+       std::vector<std::vector<std::string>>{
+           {}, {""}, {"bad name"}, {"a,b"}, {std::string(65, 's')}}) {
+    ProvisionOptions options = ThreeSites(out_dir);
+    options.server_names = server_names;
+    bad.push_back(options);
+  }
+  ProvisionOptions options = ThreeSites(out_dir);
+  options.group = "a/b";
+  bad.push_back(options);
+  options = ThreeSites(out_dir);
+  options.validity = absl::ZeroDuration();
+  bad.push_back(options);
+  options = ThreeSites("");
+  bad.push_back(options);
+
+  for (const ProvisionOptions& options : bad) {
+    const absl::Status status = Provision(options);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  }
+  EXPECT_FALSE(Exists(out_dir));
+}
+
+TEST(ProvisionTest, IoErrorNamesThePath) {
+  const std::string file = TempDir() + "/file";
+  ASSERT_TRUE(WriteStringToFile(file, "not a directory").ok());
+  const ProvisionOptions options = ThreeSites(file + "/pki");
+  const absl::Status status = Provision(options);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_NE(status.message().find(file), std::string::npos) << status;
+
+  const absl::Status on_file = Provision(ThreeSites(file));
+  EXPECT_FALSE(on_file.ok());
+  EXPECT_NE(on_file.message().find(file), std::string::npos) << on_file;
+}
+
+TEST(ProvisionTest, ParticipantIdentity) {
+  EXPECT_EQ(ParticipantIdentity("site-1"), "spiffe://fedgather/site-1");
 }
 
 }  // namespace

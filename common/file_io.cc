@@ -70,8 +70,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return contents;
 }
 
-absl::Status WriteStringToFile(const std::string& path,
-                               absl::string_view contents, int mode) {
+absl::Status WritePiecesToFile(const std::string& path,
+                               absl::Span<const absl::string_view> pieces,
+                               int mode) {
   const std::string temp = absl::StrCat(path, ".tmp.", ::getpid());
   const int fd =
       ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
@@ -80,16 +81,17 @@ absl::Status WriteStringToFile(const std::string& path,
   if (::fchmod(fd, static_cast<mode_t>(mode)) != 0) {
     status = ErrnoToStatus(errno, absl::StrCat("chmod ", temp));
   }
-  size_t done = 0;
-  while (status.ok() && done < contents.size()) {
-    const ssize_t n =
-        ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      status = ErrnoToStatus(errno, absl::StrCat("write ", temp));
-      break;
+  for (absl::string_view piece : pieces) {
+    size_t done = 0;
+    while (status.ok() && done < piece.size()) {
+      const ssize_t n = ::write(fd, piece.data() + done, piece.size() - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        status = ErrnoToStatus(errno, absl::StrCat("write ", temp));
+        break;
+      }
+      done += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
   if (::close(fd) != 0 && status.ok()) {
     status = ErrnoToStatus(errno, absl::StrCat("close ", temp));
@@ -99,6 +101,11 @@ absl::Status WriteStringToFile(const std::string& path,
   }
   if (!status.ok()) ::unlink(temp.c_str());
   return status;
+}
+
+absl::Status WriteStringToFile(const std::string& path,
+                               absl::string_view contents, int mode) {
+  return WritePiecesToFile(path, absl::MakeConstSpan(&contents, 1), mode);
 }
 
 }  // namespace fedgather

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace fedgather {
 
@@ -19,6 +20,12 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 // the same directory, then renames, so readers never see a partial file.
 absl::Status WriteStringToFile(const std::string& path,
                                absl::string_view contents, int mode = 0644);
+
+// WritePiecesToFile is WriteStringToFile for contents given as consecutive
+// pieces, so large buffers are written without first joining them.
+absl::Status WritePiecesToFile(const std::string& path,
+                               absl::Span<const absl::string_view> pieces,
+                               int mode = 0644);
 
 // ErrnoToStatus maps an errno value to a status naming `what`.
 absl::Status ErrnoToStatus(int error_number, absl::string_view what);

@@ -1,10 +1,6 @@
 #include "common/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -367,22 +363,6 @@ absl::StatusOr<std::string> BuildHeader(
   return out;
 }
 
-absl::Status WriteAll(int fd, const uint8_t* data, uint64_t size,
-                      absl::string_view path) {
-  while (size > 0) {
-    const size_t want =
-        static_cast<size_t>(std::min<uint64_t>(size, uint64_t{1} << 30));
-    const ssize_t n = ::write(fd, data, want);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoToStatus(errno, absl::StrCat("write ", path));
-    }
-    data += n;
-    size -= static_cast<uint64_t>(n);
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Parse(
@@ -474,8 +454,9 @@ absl::StatusOr<std::string> SerializeSafetensors(
     absl::Span<const ConstHostTensor> tensors,
     const std::map<std::string, std::string>& metadata) {
   std::vector<Chunk> chunks;
-  FG_ASSIGN_OR_RETURN(std::string out, BuildHeader(tensors, metadata, &chunks));
-  uint64_t total = out.size();
+  FG_ASSIGN_OR_RETURN(const std::string header,
+                      BuildHeader(tensors, metadata, &chunks));
+  uint64_t total = header.size();
   for (const Chunk& chunk : chunks) {
     if (chunk.size > std::numeric_limits<size_t>::max() - total) {
       return absl::ResourceExhaustedError(
@@ -483,7 +464,10 @@ absl::StatusOr<std::string> SerializeSafetensors(
     }
     total += chunk.size;
   }
+  // One allocation for the whole file; the tensor data is copied once.
+  std::string out;
   out.reserve(static_cast<size_t>(total));
+  out.append(header);
   for (const Chunk& chunk : chunks) {
     if (chunk.size > 0) {
       out.append(reinterpret_cast<const char*>(chunk.data),
@@ -502,28 +486,13 @@ absl::Status WriteSafetensorsFile(
     return absl::Status(header.status().code(),
                         absl::StrCat(path, ": ", header.status().message()));
   }
-  const std::string temp = path + ".tmp";
-  const int fd =
-      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("create ", temp));
-  absl::Status status =
-      WriteAll(fd, reinterpret_cast<const uint8_t*>(header->data()),
-               header->size(), temp);
+  // The tensor bytes go to the file straight from the caller's memory.
+  std::vector<absl::string_view> pieces = {*header};
   for (const Chunk& chunk : chunks) {
-    if (!status.ok()) break;
-    status = WriteAll(fd, chunk.data, chunk.size, temp);
+    pieces.emplace_back(reinterpret_cast<const char*>(chunk.data),
+                        static_cast<size_t>(chunk.size));
   }
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = ErrnoToStatus(errno, absl::StrCat("fsync ", temp));
-  }
-  if (::close(fd) != 0 && status.ok()) {
-    status = ErrnoToStatus(errno, absl::StrCat("close ", temp));
-  }
-  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = ErrnoToStatus(errno, absl::StrCat("rename ", temp, " to ", path));
-  }
-  if (!status.ok()) ::unlink(temp.c_str());
-  return status;
+  return WritePiecesToFile(path, pieces);
 }
 
 }  // namespace fedgather

@@ -86,17 +86,19 @@ class SafetensorsFile {
 // JSON header is padded with spaces to a multiple of 8 bytes. INVALID_ARGUMENT
 // when a name is empty, duplicate, "__metadata__", longer than
 // kMaxTensorNameBytes or not UTF-8, when a spec has no valid ByteSize, when a
-// non-empty tensor has null data, or when metadata is not UTF-8.
+// non-empty tensor has null data, or when metadata is not UTF-8;
+// RESOURCE_EXHAUSTED when the file would not fit in memory (size_t).
 absl::StatusOr<std::string> SerializeSafetensors(
     absl::Span<const ConstHostTensor> tensors,
     const std::map<std::string, std::string>& metadata);
 
-// WriteSafetensorsFile writes what SerializeSafetensors would produce to
-// `path` atomically: it writes and fsyncs `path` + ".tmp", then renames it
-// over `path`, so readers never see a partial file. Blocks. Streams tensor
-// data from the views without copying the whole file. Validation errors as
-// SerializeSafetensors; I/O errors follow errno (NOT_FOUND,
-// PERMISSION_DENIED, RESOURCE_EXHAUSTED, else INTERNAL) and name the path.
+// WriteSafetensorsFile writes what SerializeSafetensors produces to `path`
+// with WritePiecesToFile (common/file_io.h): a temporary file in the same
+// directory, then a rename, so readers never see a partial file. Blocks. The
+// tensor bytes are written from the views, not copied first. Validation errors
+// as SerializeSafetensors, with the message prefixed by "`path`: "; nothing is
+// written then. I/O errors follow errno (NOT_FOUND, PERMISSION_DENIED,
+// RESOURCE_EXHAUSTED, else INTERNAL) and name the path.
 absl::Status WriteSafetensorsFile(
     const std::string& path, absl::Span<const ConstHostTensor> tensors,
     const std::map<std::string, std::string>& metadata);

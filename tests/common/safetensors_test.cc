@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -717,6 +718,16 @@ std::string ReadRaw(const std::string& path) {
                      std::istreambuf_iterator<char>());
 }
 
+// FilesIn lists the names in `dir`, sorted; temporary files would show here.
+std::vector<std::string> FilesIn(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 TEST(SafetensorsFileIoTest, WriteThenReadFileRoundTrips) {
   ScratchDir dir;
   const std::string path = dir.path() + "/model.safetensors";
@@ -724,7 +735,7 @@ TEST(SafetensorsFileIoTest, WriteThenReadFileRoundTrips) {
   const std::map<std::string, std::string> metadata = {{"format", "pt"},
                                                        {"site", "a"}};
   ASSERT_TRUE(WriteSafetensorsFile(path, ViewsOf(tensors), metadata).ok());
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(FilesIn(dir.path()), std::vector<std::string>{"model.safetensors"});
   EXPECT_EQ(ReadRaw(path),
             SerializeSafetensors(ViewsOf(tensors), metadata).value());
 
@@ -752,7 +763,7 @@ TEST(SafetensorsFileIoTest, WriteReplacesAnExistingFile) {
   OwnedTensor t = MakeTensor("w", DType::kU8, {2}, 4);
   ASSERT_TRUE(WriteSafetensorsFile(path, ViewsOf({t}), {}).ok());
   EXPECT_EQ(ReadRaw(path), SerializeSafetensors(ViewsOf({t}), {}).value());
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_EQ(FilesIn(dir.path()), std::vector<std::string>{"model.safetensors"});
 }
 
 TEST(SafetensorsFileIoTest, WriteRejectsDuplicateNamesWithoutWriting) {
@@ -766,8 +777,7 @@ TEST(SafetensorsFileIoTest, WriteRejectsDuplicateNamesWithoutWriting) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr(path));
   EXPECT_THAT(std::string(status.message()), HasSubstr("'x'"));
-  EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  EXPECT_TRUE(FilesIn(dir.path()).empty());
 }
 
 TEST(SafetensorsFileIoTest, WriteIntoMissingDirectoryIsNotFound) {

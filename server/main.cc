@@ -89,7 +89,12 @@ int main(int argc, char** argv) {
   app.add_option("--max-buffered-mib", max_buffered_mib,
                  "MiB of payload a round may buffer before uploaders wait")
       ->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; every usage error exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   fedgather::server::ServerOptions options;
   options.listen_address = listen;

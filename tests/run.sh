@@ -1,35 +1,85 @@
 #!/usr/bin/env bash
-# Installs the dependencies, builds everything (-j2) and runs the whole test
-# suite: every GoogleTest binary through ctest, then the local federated
-# simulation (deploy/local/run.sh) as an end-to-end smoke test of the binaries.
+# The whole test suite: installs the dependencies (deploy/install-deps.sh,
+# idempotent; uses sudo when not root), configures and builds everything
+# (-j2), runs every GoogleTest binary through ctest, then runs the local
+# federated simulation (deploy/local/run.sh) as an end-to-end smoke test of
+# the fedgather and fedgather-server binaries.
 #
 #   tests/run.sh [--build-dir DIR]
+#
+# The build directory is --build-dir, else $BUILD_DIR, else build (relative
+# paths are relative to the directory the script was started from; the
+# default is in the repository root). Works from any directory.
+# Exit status: 0 when everything passed; 2 on usage errors; else the failing
+# step's status.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BUILD_DIR="$ROOT/build"
+usage() { echo "usage: tests/run.sh [--build-dir DIR]" >&2; exit "${1:-2}"; }
+
+BUILD_DIR="${BUILD_DIR:-}"
 while [ $# -gt 0 ]; do
   case "$1" in
-    --build-dir) BUILD_DIR="$2"; shift ;;
-    *) echo "usage: $0 [--build-dir DIR]" >&2; exit 2 ;;
+    --build-dir)
+      if [ $# -lt 2 ] || [ -z "$2" ]; then echo "--build-dir needs a value" >&2; usage; fi
+      BUILD_DIR="$2"; shift ;;
+    --build-dir=*) BUILD_DIR="${1#--build-dir=}" ;;
+    -h|--help) usage 0 ;;
+    *) echo "unknown argument: $1" >&2; usage ;;
   esac
   shift
 done
+if [ -z "$BUILD_DIR" ]; then
+  BUILD_DIR="$ROOT/build"
+else
+  case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$PWD/$BUILD_DIR" ;; esac
+fi
 cd "$ROOT"
 
-echo "== installing dependencies"
+SECONDS=0
+step_start=0
+section() {
+  echo
+  echo "================================================================"
+  echo "== $*"
+  echo "================================================================"
+  step_start=$SECONDS
+}
+done_in() { echo "-- $1 done in $((SECONDS - step_start)) s"; }
+current="setup"
+on_exit() {
+  local rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "tests/run.sh: FAILED during: $current (exit $rc, after ${SECONDS} s)" >&2
+  fi
+}
+trap on_exit EXIT
+
+current="installing dependencies"
+section "$current"
 bash deploy/install-deps.sh
+done_in "$current"
 
-echo "== configuring $BUILD_DIR"
+current="configuring $BUILD_DIR"
+section "$current"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATHER_BUILD_TESTS=ON
+done_in "configure"
 
-echo "== building"
-start=$(date +%s)
+current="building (-j2)"
+section "$current"
 cmake --build "$BUILD_DIR" -j2
-echo "   built in $(( $(date +%s) - start )) s"
+done_in "build"
 
-echo "== unit and end-to-end tests"
-GRPC_VERBOSITY=NONE ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
+current="unit and end-to-end tests (ctest)"
+section "$current"
+GRPC_VERBOSITY="${GRPC_VERBOSITY:-NONE}" \
+  ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
+done_in "ctest"
 
-echo "== local federated simulation"
-deploy/local/run.sh --no-build --build-dir "$BUILD_DIR"
+current="local federated simulation (deploy/local/run.sh)"
+section "$current"
+bash deploy/local/run.sh --no-build --build-dir "$BUILD_DIR"
+done_in "simulation"
+
+echo
+echo "tests/run.sh: all passed in ${SECONDS} s (build dir $BUILD_DIR)"

@@ -66,7 +66,12 @@ int main(int argc, char** argv) {
                    "seconds to wait for the group and the round")
       ->capture_default_str();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help exits 0; every usage error exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   if (*provision_cmd) {
     provision.server_names =

@@ -1,99 +1,237 @@
 #!/usr/bin/env bash
-# The local federated simulation: provisions a CA and certificates, starts
-# fedgather-server on 127.0.0.1, and runs N participants (default 4) as
-# separate `fedgather join` processes over mutual TLS. Every participant's
-# output is checked byte for byte against every other participant's input.
+# The local federated simulation, on one machine, no docker: provisions a CA
+# and certificates, starts fedgather-server on 127.0.0.1 (a free port), and
+# runs N participants (default 4) as concurrent `fedgather join` processes
+# over mutual TLS. Every participant's output is then checked byte for byte
+# against every participant's input (deploy/local/check_outputs.py).
 #
-#   deploy/local/run.sh [--no-build] [--build-dir DIR] [--participants N] [--mib M]
+#   deploy/local/run.sh [--no-build] [--build-dir DIR] [--participants N]
+#                       [--mib M] [--keep]
+#
+#   --no-build        skip installing dependencies and building; use the
+#                     binaries already in the build directory
+#   --build-dir DIR   build directory (default: build, in the repository root)
+#   --participants N  number of sites site-1..site-N (default 4)
+#   --mib M           size of each participant's "weight" tensor (default 4)
+#   --keep            keep the work directory (certificates, inputs, outputs,
+#                     logs) instead of deleting it
+#
+# Environment: FEDGATHER_SEED (the inputs' random seed; printed, so a run can
+# be repeated), FEDGATHER_JOIN_TIMEOUT (seconds each join may take, default
+# 120).
+# Exit status: 0 when every participant passed, 1 otherwise, 2 on usage errors.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+usage() {
+  cat >&2 <<'EOF'
+usage: deploy/local/run.sh [--no-build] [--build-dir DIR] [--participants N] [--mib M] [--keep]
+  --no-build        skip installing dependencies and building
+  --build-dir DIR   build directory (default: build in the repository root)
+  --participants N  number of sites site-1..site-N (default 4)
+  --mib M           MiB of each participant's "weight" tensor (default 4)
+  --keep            keep the work directory instead of deleting it
+EOF
+  exit "${1:-2}"
+}
+need_value() {
+  if [ $# -lt 2 ] || [ -z "$2" ]; then echo "$1 needs a value" >&2; usage; fi
+}
+
 BUILD_DIR="$ROOT/build"
 BUILD=1
 PARTICIPANTS=4
 MIB=4
+KEEP=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-build) BUILD=0 ;;
-    --build-dir) BUILD_DIR="$(cd "$2" 2>/dev/null && pwd || echo "$2")"; shift ;;
-    --participants) PARTICIPANTS="$2"; shift ;;
-    --mib) MIB="$2"; shift ;;
-    *) echo "usage: $0 [--no-build] [--build-dir DIR] [--participants N] [--mib M]" >&2; exit 2 ;;
+    --build-dir) need_value "$@"; BUILD_DIR="$2"; shift ;;
+    --participants) need_value "$@"; PARTICIPANTS="$2"; shift ;;
+    --mib) need_value "$@"; MIB="$2"; shift ;;
+    --keep) KEEP=1 ;;
+    -h|--help) usage 0 ;;
+    *) echo "unknown argument: $1" >&2; usage ;;
   esac
   shift
 done
+[[ "$PARTICIPANTS" =~ ^[1-9][0-9]*$ ]] || { echo "--participants must be a positive integer" >&2; exit 2; }
+[[ "$MIB" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "--mib must be a positive number" >&2; exit 2; }
+# A relative build directory is relative to where the script was started.
+case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$PWD/$BUILD_DIR" ;; esac
+SEED="${FEDGATHER_SEED:-$RANDOM}"
+JOIN_TIMEOUT="${FEDGATHER_JOIN_TIMEOUT:-120}"
+[[ "$SEED" =~ ^[0-9]{1,9}$ ]] || { echo "FEDGATHER_SEED must be a non-negative integer" >&2; exit 2; }
+[[ "$JOIN_TIMEOUT" =~ ^[1-9][0-9]*$ ]] || { echo "FEDGATHER_JOIN_TIMEOUT must be a positive integer" >&2; exit 2; }
 
 if [ "$BUILD" = 1 ]; then
   echo "== installing dependencies"
   bash "$ROOT/deploy/install-deps.sh"
-  echo "== building in $BUILD_DIR"
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATHER_BUILD_TESTS=OFF >/dev/null
+  echo "== configuring and building fedgather and fedgather-server in $BUILD_DIR"
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$BUILD_DIR" -j2 --target fedgather fedgather-server
 fi
 CLI="$BUILD_DIR/client/fedgather"
 SERVER="$BUILD_DIR/server/fedgather-server"
 for binary in "$CLI" "$SERVER"; do
-  [ -x "$binary" ] || { echo "missing $binary: build first (drop --no-build)" >&2; exit 1; }
+  [ -x "$binary" ] || { echo "missing $binary: build first (run without --no-build)" >&2; exit 1; }
 done
 
-WORK="$(mktemp -d -t fedgather-sim-XXXXXX)"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/fedgather-sim.XXXXXX")"
 SERVER_PID=""
 JOIN_PIDS=()
+# Stops whatever is still running (TERM, then KILL after 5 s) and removes the
+# work directory. Runs on every exit: success, failure, CTRL-C, kill.
+# shellcheck disable=SC2317  # invoked by the EXIT trap
 cleanup() {
-  for pid in "${JOIN_PIDS[@]}" $SERVER_PID; do kill "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"
+  local rc=$?
+  trap - EXIT INT TERM
+  local pids=("${JOIN_PIDS[@]}")
+  if [ -n "$SERVER_PID" ]; then pids+=("$SERVER_PID"); fi
+  if [ ${#pids[@]} -gt 0 ]; then
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+      kill -0 "${pids[@]}" 2>/dev/null || break
+      sleep 0.1
+    done
+    kill -KILL "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
+  fi
+  if [ "$KEEP" = 1 ]; then
+    echo "work directory kept: $WORK"
+  else
+    rm -rf "$WORK"
+  fi
+  exit "$rc"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'echo "interrupted" >&2; exit 130' INT
+trap 'echo "terminated" >&2; exit 143' TERM
 
 NAMES=()
 for i in $(seq 1 "$PARTICIPANTS"); do NAMES+=("site-$i"); done
 LIST="$(IFS=,; echo "${NAMES[*]}")"
 
-echo "== provisioning a CA and certificates for $LIST"
-"$CLI" provision --out "$WORK/pki" --server-names localhost,127.0.0.1 --participants "$LIST"
+echo "== provisioning a CA, a server certificate and $PARTICIPANTS participant certificates"
+"$CLI" provision --out "$WORK/pki" --server-names localhost,127.0.0.1 --participants "$LIST" --group demo
+echo "   participants: $LIST (identities spiffe://fedgather/site-N), group demo"
 
-echo "== starting fedgather-server"
+echo "== starting fedgather-server on 127.0.0.1 (free port)"
 "$SERVER" --listen 127.0.0.1:0 --port-file "$WORK/port" \
   --cert "$WORK/pki/server/cert.pem" --key "$WORK/pki/server/key.pem" \
   --client-ca "$WORK/pki/ca.pem" --groups "$WORK/pki/groups.yaml" \
-  --round-timeout 120 2>"$WORK/server.log" &
+  --round-timeout "$JOIN_TIMEOUT" >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
-for _ in $(seq 1 200); do
-  [ -s "$WORK/port" ] && break
-  kill -0 "$SERVER_PID" 2>/dev/null || { echo "server exited:"; cat "$WORK/server.log"; exit 1; }
+PORT=""
+for _ in $(seq 1 200); do  # at most ~20 s
+  if [ -s "$WORK/port" ]; then
+    PORT="$(tr -d '[:space:]' <"$WORK/port")"
+    [[ "$PORT" =~ ^[0-9]+$ ]] && break
+    PORT=""
+  fi
+  if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+    rc=0; wait "$SERVER_PID" || rc=$?
+    SERVER_PID=""
+    echo "FAIL: fedgather-server exited with status $rc before listening:" >&2
+    tail -n 20 "$WORK/server.log" >&2
+    exit 1
+  fi
   sleep 0.1
 done
-[ -s "$WORK/port" ] || { echo "server did not report its port"; cat "$WORK/server.log"; exit 1; }
-PORT="$(cat "$WORK/port")"
-echo "   listening on 127.0.0.1:$PORT"
+if [ -z "$PORT" ]; then
+  echo "FAIL: fedgather-server wrote no port file within 20 s; log tail:" >&2
+  tail -n 20 "$WORK/server.log" >&2
+  exit 1
+fi
+echo "   listening on 127.0.0.1:$PORT (pid $SERVER_PID)"
 
-echo "== ${PARTICIPANTS} participants join group 'demo' and all_gather ~${MIB} MiB each"
+echo "== writing random inputs (FEDGATHER_SEED=$SEED repeats them)"
 for i in "${!NAMES[@]}"; do
-  python3 "$ROOT/deploy/local/make_inputs.py" "$WORK/${NAMES[$i]}.in.safetensors" "$((i + 1))" "$MIB"
+  python3 "$ROOT/deploy/local/make_inputs.py" "$WORK/${NAMES[$i]}.in.safetensors" "$((SEED * 1000 + i + 1))" "$MIB"
 done
+
+echo "== $PARTICIPANTS participants join group 'demo' and all_gather (timeout ${JOIN_TIMEOUT} s each)"
+start_ms=$(( $(date +%s%N) / 1000000 ))
 for name in "${NAMES[@]}"; do
-  "$CLI" join --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/$name" --group demo \
+  timeout -k 5 "$((JOIN_TIMEOUT + 30))" \
+    "$CLI" join --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/$name" --group demo \
     --world-size "$PARTICIPANTS" --input "$WORK/$name.in.safetensors" \
-    --output "$WORK/$name.out.safetensors" --timeout 120 >"$WORK/$name.log" 2>&1 &
+    --output "$WORK/$name.out.safetensors" --timeout "$JOIN_TIMEOUT" \
+    >"$WORK/$name.stdout" 2>"$WORK/$name.stderr" &
   JOIN_PIDS+=($!)
 done
-FAILED=0
+JOIN_RC=()
 for i in "${!NAMES[@]}"; do
-  if ! wait "${JOIN_PIDS[$i]}"; then FAILED=1; fi
+  rc=0; wait "${JOIN_PIDS[$i]}" || rc=$?
+  JOIN_RC+=("$rc")
 done
 JOIN_PIDS=()
+elapsed_ms=$(( $(date +%s%N) / 1000000 - start_ms ))
+printf '   all joins finished in %d.%03d s\n' $((elapsed_ms / 1000)) $((elapsed_ms % 1000))
+
+echo "== stopping fedgather-server (SIGTERM)"
+SERVER_RC=0
+kill -TERM "$SERVER_PID" 2>/dev/null || true
+for _ in $(seq 1 100); do  # at most ~10 s
+  kill -0 "$SERVER_PID" 2>/dev/null || break
+  sleep 0.1
+done
+if kill -0 "$SERVER_PID" 2>/dev/null; then
+  echo "   fedgather-server did not stop within 10 s of SIGTERM; killing it"
+  kill -KILL "$SERVER_PID" 2>/dev/null || true
+fi
+wait "$SERVER_PID" || SERVER_RC=$?
+SERVER_PID=""
+echo "   fedgather-server exited with status $SERVER_RC"
+
+echo "== checking every output byte for byte"
+CHECK_RC=0
+python3 "$ROOT/deploy/local/check_outputs.py" --group demo "$WORK" "${NAMES[@]}" >"$WORK/check.txt" 2>&1 || CHECK_RC=$?
 
 echo
 echo "== report"
-for name in "${NAMES[@]}"; do echo "   $name: $(tail -n 1 "$WORK/$name.log")"; done
-CHECK=0
-python3 "$ROOT/deploy/local/check_outputs.py" "$WORK" "${NAMES[@]}" >"$WORK/check.txt" || CHECK=1
-sed 's/^/   /' "$WORK/check.txt"
-if [ "$FAILED" = 0 ] && [ "$CHECK" = 0 ]; then
+echo "participants: $PARTICIPANTS ($LIST), server 127.0.0.1:$PORT, seed $SEED"
+grep -v -e '^PASS ' -e '^FAIL ' "$WORK/check.txt" | sed 's/^/  /' || true
+FAILED=0
+for i in "${!NAMES[@]}"; do
+  name="${NAMES[$i]}"; rc="${JOIN_RC[$i]}"
+  case "$rc" in
+    0) echo "$name: join exit 0" ;;
+    124|137) echo "$name: join exit $rc (killed after $((JOIN_TIMEOUT + 30)) s)" ;;
+    *) echo "$name: join exit $rc" ;;
+  esac
+  summary="$(tail -n 1 "$WORK/$name.stdout")"
+  if [ -n "$summary" ]; then echo "  summary: $summary"; fi
+  if [ "$rc" != 0 ] && [ -s "$WORK/$name.stderr" ]; then
+    tail -n 5 "$WORK/$name.stderr" | sed 's/^/  stderr: /'
+  fi
+  verdict="$(grep -e "^PASS $name:" -e "^FAIL $name:" "$WORK/check.txt" || true)"
+  if [ -z "$verdict" ]; then verdict="FAIL $name: no check result"; fi
+  if [ "$rc" != 0 ] && [[ "$verdict" == PASS* ]]; then
+    verdict="FAIL $name: join exited $rc although its output checks out"
+  fi
+  if [[ "$verdict" != PASS* ]]; then FAILED=$((FAILED + 1)); fi
+  echo "  $verdict"
+done
+if grep -q '^FAIL:' "$WORK/check.txt"; then
+  grep '^FAIL:' "$WORK/check.txt"
+  FAILED=$((FAILED + 1))
+fi
+[ "$CHECK_RC" = 0 ] || [ "$FAILED" -gt 0 ] || FAILED=1
+if [ "$SERVER_RC" != 0 ]; then
+  echo "FAIL: fedgather-server exited $SERVER_RC on SIGTERM (want 0)"
+  FAILED=$((FAILED + 1))
+fi
+
+echo
+if [ "$FAILED" = 0 ]; then
   echo "PASS: $PARTICIPANTS participants gathered every contribution over mutual TLS"
   exit 0
 fi
-echo "FAIL: see above; server log tail:"
-tail -n 20 "$WORK/server.log"
+if [ "$KEEP" = 1 ]; then
+  echo "FAIL: see above; fedgather-server log tail ($WORK/server.log):"
+else
+  echo "FAIL: see above (--keep keeps the logs and files); fedgather-server log tail:"
+fi
+tail -n 30 "$WORK/server.log" | sed 's/^/  /'
 exit 1

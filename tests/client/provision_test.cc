@@ -16,9 +16,14 @@
 #include "common/openssl_util.h"
 #include "common/peer_identity.h"
 #include "server/group_config.h"
+#include "tests/common/x509_test_util.h"
 
 namespace fedgather {
 namespace {
+
+using x509_test::ParseCert;
+using x509_test::ParseKey;
+using x509_test::VerifyError;
 
 std::string TempDir() {
   std::string path = ::testing::TempDir() + "provision-XXXXXX";
@@ -41,42 +46,6 @@ std::string Read(const std::string& path) {
   absl::StatusOr<std::string> contents = ReadFileToString(path);
   EXPECT_TRUE(contents.ok()) << contents.status();
   return contents.ok() ? *contents : "";
-}
-
-OpenSslPtr<X509> ParseCert(const std::string& pem) {
-  auto cert = ParseCertificatePem(pem);
-  EXPECT_TRUE(cert.ok()) << cert.status();
-  return cert.ok() ? *std::move(cert) : nullptr;
-}
-
-OpenSslPtr<EVP_PKEY> ParseKey(const std::string& pem) {
-  OpenSslPtr<BIO> bio(
-      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  return OpenSslPtr<EVP_PKEY>(
-      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
-}
-
-struct StoreDeleter {
-  void operator()(X509_STORE* p) const { X509_STORE_free(p); }
-  void operator()(X509_STORE_CTX* p) const { X509_STORE_CTX_free(p); }
-};
-
-// VerifyError verifies `leaf_pem` for `purpose` against the single trusted
-// `ca_pem` and returns X509_V_OK or the verification error.
-int VerifyError(const std::string& ca_pem, const std::string& leaf_pem,
-                int purpose) {
-  OpenSslPtr<X509> ca = ParseCert(ca_pem);
-  OpenSslPtr<X509> leaf = ParseCert(leaf_pem);
-  if (ca == nullptr || leaf == nullptr) return -1;
-  std::unique_ptr<X509_STORE, StoreDeleter> store(X509_STORE_new());
-  std::unique_ptr<X509_STORE_CTX, StoreDeleter> ctx(X509_STORE_CTX_new());
-  if (X509_STORE_add_cert(store.get(), ca.get()) != 1 ||
-      X509_STORE_CTX_init(ctx.get(), store.get(), leaf.get(), nullptr) != 1) {
-    return -1;
-  }
-  X509_STORE_CTX_set_purpose(ctx.get(), purpose);
-  X509_verify_cert(ctx.get());
-  return X509_STORE_CTX_get_error(ctx.get());
 }
 
 std::vector<std::string> Sans(X509* cert, int type) {

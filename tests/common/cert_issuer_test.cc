@@ -14,47 +14,14 @@
 
 #include "absl/time/clock.h"
 #include "common/openssl_util.h"
+#include "tests/common/x509_test_util.h"
 
 namespace fedgather {
 namespace {
 
-OpenSslPtr<X509> Parse(const std::string& pem) {
-  auto cert = ParseCertificatePem(pem);
-  EXPECT_TRUE(cert.ok()) << cert.status();
-  return cert.ok() ? *std::move(cert) : nullptr;
-}
-
-OpenSslPtr<EVP_PKEY> ParseKey(const std::string& pem) {
-  OpenSslPtr<BIO> bio(
-      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
-  return OpenSslPtr<EVP_PKEY>(
-      PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
-}
-
-struct StoreDeleter {
-  void operator()(X509_STORE* p) const { X509_STORE_free(p); }
-  void operator()(X509_STORE_CTX* p) const { X509_STORE_CTX_free(p); }
-};
-
-// VerifyError verifies `leaf_pem` against the single trusted `ca_pem` for
-// `purpose` (0: any) and returns X509_V_OK or the verification error.
-int VerifyError(const std::string& ca_pem, const std::string& leaf_pem,
-                int purpose = 0) {
-  OpenSslPtr<X509> ca = Parse(ca_pem);
-  OpenSslPtr<X509> leaf = Parse(leaf_pem);
-  if (ca == nullptr || leaf == nullptr) return -1;
-  std::unique_ptr<X509_STORE, StoreDeleter> store(X509_STORE_new());
-  std::unique_ptr<X509_STORE_CTX, StoreDeleter> ctx(X509_STORE_CTX_new());
-  if (X509_STORE_add_cert(store.get(), ca.get()) != 1 ||
-      X509_STORE_CTX_init(ctx.get(), store.get(), leaf.get(), nullptr) != 1) {
-    return -1;
-  }
-  if (purpose != 0) X509_STORE_CTX_set_purpose(ctx.get(), purpose);
-  const int ok = X509_verify_cert(ctx.get());
-  const int error = X509_STORE_CTX_get_error(ctx.get());
-  EXPECT_EQ(ok == 1, error == X509_V_OK);
-  return error;
-}
+using x509_test::ParseCert;
+using x509_test::ParseKey;
+using x509_test::VerifyError;
 
 bool Verifies(const std::string& ca_pem, const std::string& leaf_pem,
               int purpose = 0) {
@@ -104,7 +71,7 @@ TEST(CertIssuerTest, CaIsSelfSignedCertificateAuthority) {
   const absl::Time before = absl::Now();
   auto ca = CreateCertificateAuthority("test CA", absl::Hours(3));
   ASSERT_TRUE(ca.ok()) << ca.status();
-  OpenSslPtr<X509> cert = Parse(ca->cert_pem);
+  OpenSslPtr<X509> cert = ParseCert(ca->cert_pem);
   ASSERT_NE(cert, nullptr);
   EXPECT_EQ(X509_check_ca(cert.get()), 1);
   EXPECT_TRUE(IsCritical(cert.get(), NID_basic_constraints));
@@ -167,7 +134,7 @@ TEST(CertIssuerTest, LeafVerifiesAgainstItsCaOnlyAndCarriesItsSans) {
   EXPECT_EQ(VerifyError(other->cert_pem, leaf->cert_pem),
             X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY);
 
-  OpenSslPtr<X509> cert = Parse(leaf->cert_pem);
+  OpenSslPtr<X509> cert = ParseCert(leaf->cert_pem);
   ASSERT_NE(cert, nullptr);
   EXPECT_EQ(CommonName(cert.get()), "server");
   EXPECT_EQ(X509_check_ca(cert.get()), 0);
@@ -191,7 +158,7 @@ TEST(CertIssuerTest, LeafVerifiesAgainstItsCaOnlyAndCarriesItsSans) {
   EXPECT_EQ(X509_check_ip_asc(cert.get(), "127.0.0.2", 0), 0);
 
   // The authority key id names the CA's subject key id.
-  OpenSslPtr<X509> ca_cert = Parse(ca->cert_pem);
+  OpenSslPtr<X509> ca_cert = ParseCert(ca->cert_pem);
   const ASN1_OCTET_STRING* akid = X509_get0_authority_key_id(cert.get());
   ASSERT_NE(akid, nullptr);
   EXPECT_EQ(
@@ -217,7 +184,7 @@ TEST(CertIssuerTest, ExtendedKeyUsageFollowsSpec) {
   spec.client_auth = true;
   auto client = IssueCertificate(*ca, spec);
   ASSERT_TRUE(client.ok()) << client.status();
-  EXPECT_EQ(X509_get_extended_key_usage(Parse(client->cert_pem).get()),
+  EXPECT_EQ(X509_get_extended_key_usage(ParseCert(client->cert_pem).get()),
             XKU_SSL_CLIENT);
   EXPECT_TRUE(
       Verifies(ca->cert_pem, client->cert_pem, X509_PURPOSE_SSL_CLIENT));
@@ -228,7 +195,7 @@ TEST(CertIssuerTest, ExtendedKeyUsageFollowsSpec) {
   spec.server_auth = true;
   auto both = IssueCertificate(*ca, spec);
   ASSERT_TRUE(both.ok()) << both.status();
-  EXPECT_EQ(X509_get_extended_key_usage(Parse(both->cert_pem).get()),
+  EXPECT_EQ(X509_get_extended_key_usage(ParseCert(both->cert_pem).get()),
             XKU_SSL_CLIENT | XKU_SSL_SERVER);
   EXPECT_TRUE(Verifies(ca->cert_pem, both->cert_pem, X509_PURPOSE_SSL_CLIENT));
   EXPECT_TRUE(Verifies(ca->cert_pem, both->cert_pem, X509_PURPOSE_SSL_SERVER));
@@ -236,7 +203,7 @@ TEST(CertIssuerTest, ExtendedKeyUsageFollowsSpec) {
   spec.server_auth = spec.client_auth = false;
   auto neither = IssueCertificate(*ca, spec);
   ASSERT_TRUE(neither.ok()) << neither.status();
-  OpenSslPtr<X509> cert = Parse(neither->cert_pem);
+  OpenSslPtr<X509> cert = ParseCert(neither->cert_pem);
   EXPECT_LT(X509_get_ext_by_NID(cert.get(), NID_ext_key_usage, -1), 0);
 }
 
@@ -249,7 +216,7 @@ TEST(CertIssuerTest, SerialsAreRandomPositiveAndAtMost128Bits) {
   for (int i = 0; i < 4; ++i) {
     auto leaf = IssueCertificate(*ca, spec);
     ASSERT_TRUE(leaf.ok()) << leaf.status();
-    OpenSslPtr<X509> cert = Parse(leaf->cert_pem);
+    OpenSslPtr<X509> cert = ParseCert(leaf->cert_pem);
     OpenSslPtr<BIGNUM> serial(
         ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert.get()), nullptr));
     ASSERT_NE(serial, nullptr);
@@ -318,7 +285,7 @@ TEST(CertIssuerTest, DefaultWindowIsFiveMinutesBackToAYearAhead) {
   auto leaf = IssueCertificate(*ca, spec);
   const absl::Time after = absl::Now();
   ASSERT_TRUE(leaf.ok());
-  OpenSslPtr<X509> cert = Parse(leaf->cert_pem);
+  OpenSslPtr<X509> cert = ParseCert(leaf->cert_pem);
   const absl::Time not_before = AsTime(X509_get0_notBefore(cert.get()));
   const absl::Time not_after = AsTime(X509_get0_notAfter(cert.get()));
   EXPECT_GE(not_before, before - kDefaultBackdate - absl::Seconds(1));
@@ -339,7 +306,7 @@ TEST(CertIssuerTest, HonoursGivenWindow) {
   spec.not_after = now - absl::Hours(1);
   auto expired = IssueCertificate(*ca, spec);
   ASSERT_TRUE(expired.ok()) << expired.status();
-  OpenSslPtr<X509> cert = Parse(expired->cert_pem);
+  OpenSslPtr<X509> cert = ParseCert(expired->cert_pem);
   EXPECT_EQ(AsTime(X509_get0_notBefore(cert.get())), spec.not_before);
   EXPECT_EQ(AsTime(X509_get0_notAfter(cert.get())), spec.not_after);
   EXPECT_LT(X509_cmp_current_time(X509_get0_notAfter(cert.get())), 0);
@@ -351,7 +318,7 @@ TEST(CertIssuerTest, HonoursGivenWindow) {
   spec.not_after = now + absl::Minutes(50);
   auto future = IssueCertificate(*ca, spec);
   ASSERT_TRUE(future.ok()) << future.status();
-  cert = Parse(future->cert_pem);
+  cert = ParseCert(future->cert_pem);
   EXPECT_GT(X509_cmp_current_time(X509_get0_notBefore(cert.get())), 0);
   EXPECT_EQ(VerifyError(ca->cert_pem, future->cert_pem),
             X509_V_ERR_CERT_NOT_YET_VALID);

@@ -4,6 +4,8 @@
 #include <grpcpp/support/channel_arguments.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/grpc_status.h"
 
 namespace fedgather {
 
@@ -56,6 +58,49 @@ absl::StatusOr<std::unique_ptr<Group>> Client::Join(
                                      address_, ": ", joined.message()));
   }
   return group;
+}
+
+namespace {
+
+// CallAdmin runs one unary Admin call with a deadline.
+template <typename Request, typename Reply, typename Method>
+absl::StatusOr<Reply> CallAdmin(const std::shared_ptr<grpc::Channel>& channel,
+                                Method method, const Request& request,
+                                absl::Duration timeout) {
+  v1::Admin::Stub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  Reply reply;
+  const grpc::Status status = (stub.*method)(&context, request, &reply);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return reply;
+}
+
+}  // namespace
+
+absl::StatusOr<v1::StatusReply> Client::GetStatus(const std::string& group,
+                                                  absl::Duration timeout) {
+  v1::StatusRequest request;
+  request.set_group(group);
+  return CallAdmin<v1::StatusRequest, v1::StatusReply>(
+      channel_, &v1::Admin::Stub::GetStatus, request, timeout);
+}
+
+absl::StatusOr<v1::AbortRoundReply> Client::AbortRound(
+    const std::string& group, const std::string& reason,
+    absl::Duration timeout) {
+  v1::AbortRoundRequest request;
+  request.set_group(group);
+  request.set_reason(reason);
+  return CallAdmin<v1::AbortRoundRequest, v1::AbortRoundReply>(
+      channel_, &v1::Admin::Stub::AbortRound, request, timeout);
+}
+
+absl::StatusOr<v1::ReloadPolicyReply> Client::ReloadPolicy(
+    absl::Duration timeout) {
+  return CallAdmin<v1::ReloadPolicyRequest, v1::ReloadPolicyReply>(
+      channel_, &v1::Admin::Stub::ReloadPolicy, v1::ReloadPolicyRequest(),
+      timeout);
 }
 
 }  // namespace fedgather

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "client/group.h"
 #include "common/tls_credentials.h"
+#include "fedgather/v1/fedgather.grpc.pb.h"
 
 namespace fedgather {
 
@@ -53,6 +54,20 @@ class Client {
   // (group full), DEADLINE_EXCEEDED (did not form in time), UNAVAILABLE (no
   // connection, failed TLS handshake).
   absl::StatusOr<std::unique_ptr<Group>> Join(const JoinOptions& options);
+
+  // The Admin service. Each blocks for one call of at most `timeout`.
+  // GetStatus reports `group` (empty: every group this identity has a role
+  // in); AbortRound aborts `group`'s rounds in flight (its admins only);
+  // ReloadPolicy makes the server re-read its policy and CRL (server admins
+  // only). Errors: UNAUTHENTICATED (the server refused the certificate),
+  // PERMISSION_DENIED (the policy does not allow it), UNAVAILABLE.
+  absl::StatusOr<v1::StatusReply> GetStatus(
+      const std::string& group, absl::Duration timeout = absl::Seconds(30));
+  absl::StatusOr<v1::AbortRoundReply> AbortRound(
+      const std::string& group, const std::string& reason,
+      absl::Duration timeout = absl::Seconds(30));
+  absl::StatusOr<v1::ReloadPolicyReply> ReloadPolicy(
+      absl::Duration timeout = absl::Seconds(30));
 
  private:
   Client(std::string address, std::shared_ptr<grpc::Channel> channel);

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
-#include <yaml-cpp/yaml.h>
 
 #include <cerrno>
 #include <set>
@@ -33,7 +32,7 @@ bool IsIpAddress(const std::string& name) {
 // name that would collide with a path Provision writes.
 absl::Status ValidName(absl::string_view what, absl::string_view name) {
   static constexpr absl::string_view kReserved[] = {
-      ".", "..", "server", "ca.pem", "ca-key.pem", "groups.yaml"};
+      ".", "..", "server", "ca.pem", "ca-key.pem", "policy.yaml"};
   if (name.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("empty ", what, " name"));
   }
@@ -91,11 +90,16 @@ absl::Status CheckOptions(const ProvisionOptions& options) {
     return absl::InvalidArgumentError("no participants given");
   }
   std::set<std::string> seen;
-  for (const std::string& name : options.participants) {
-    FG_RETURN_IF_ERROR(ValidName("participant", name));
-    if (!seen.insert(name).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("participant '", name, "' is listed twice"));
+  for (const auto& [what, names] :
+       {std::make_pair("participant", &options.participants),
+        std::make_pair("observer", &options.observers),
+        std::make_pair("admin", &options.admins)}) {
+    for (const std::string& name : *names) {
+      FG_RETURN_IF_ERROR(ValidName(what, name));
+      if (!seen.insert(name).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("'", name, "' is listed twice"));
+      }
     }
   }
   FG_RETURN_IF_ERROR(ValidName("group", options.group));
@@ -144,26 +148,44 @@ absl::Status WriteIdentity(const std::string& dir, const KeyAndCert& pair,
   return WriteStringToFile(dir + "/ca.pem", ca_pem);
 }
 
-absl::StatusOr<std::string> GroupsYaml(const ProvisionOptions& options) {
-  YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "groups" << YAML::Value
-      << YAML::BeginSeq;
-  out << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << options.group;
-  out << YAML::Key << "world_size" << YAML::Value
-      << options.participants.size();
-  out << YAML::Key << "members" << YAML::Value << YAML::BeginSeq;
-  for (const std::string& name : options.participants) {
-    out << ParticipantIdentity(name);
+// PolicyYaml is the starter access policy. Names are [A-Za-z0-9._-], so
+// they need no escaping; the group name is quoted so that YAML reads a name
+// like "null" or "1" as a string.
+std::string PolicyYaml(const ProvisionOptions& options) {
+  std::string yaml = absl::StrCat(
+      "# fedgather access policy, written by `fedgather provision`.\n"
+      "# Format: docs/security.md. Reload a changed policy with SIGHUP or\n"
+      "# `fedgather policy reload` (a server admin).\n"
+      "version: 1\n");
+  if (!options.admins.empty()) {
+    absl::StrAppend(&yaml, "server_admins:\n");
+    for (const std::string& name : options.admins) {
+      absl::StrAppend(&yaml, "  - ", ParticipantIdentity(name), "\n");
+    }
   }
-  out << YAML::EndSeq << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
-  if (!out.good()) {
-    return absl::InternalError(
-        absl::StrCat("emitting groups.yaml: ", out.GetLastError()));
+  absl::StrAppend(
+      &yaml,
+      "# Per-identity limits (these are the defaults). Override them for one\n"
+      "# identity under identity_limits: {IDENTITY: {max_groups: 2}}.\n"
+      "limits:\n"
+      "  max_contribution_bytes: 8GiB\n"
+      "  max_tensors_per_contribution: 4096\n"
+      "  max_concurrent_streams: 32\n"
+      "  max_groups: 8\n"
+      "groups:\n"
+      "  - name: \"",
+      options.group, "\"\n    world_size: ", options.participants.size(),
+      "\n    members:\n");
+  for (const auto& [role, names] :
+       {std::make_pair("participant", &options.participants),
+        std::make_pair("observer", &options.observers),
+        std::make_pair("admin", &options.admins)}) {
+    for (const std::string& name : *names) {
+      absl::StrAppend(&yaml, "      ", ParticipantIdentity(name), ": ", role,
+                      "\n");
+    }
   }
-  return absl::StrCat(
-      "# fedgather groups file, written by `fedgather provision`.\n",
-      out.c_str(), "\n");
+  return yaml;
 }
 
 }  // namespace
@@ -174,7 +196,7 @@ std::string ParticipantIdentity(absl::string_view name) {
 
 absl::Status Provision(const ProvisionOptions& options) {
   FG_RETURN_IF_ERROR(CheckOptions(options));
-  FG_ASSIGN_OR_RETURN(const std::string groups_yaml, GroupsYaml(options));
+  const std::string policy_yaml = PolicyYaml(options);
   const std::string& dir = options.out_dir;
   FG_RETURN_IF_ERROR(MakeDirs(dir));
 
@@ -200,17 +222,19 @@ absl::Status Provision(const ProvisionOptions& options) {
                       IssueCertificate(ca, server));
   FG_RETURN_IF_ERROR(WriteIdentity(dir + "/server", server_pair, ca.cert_pem));
 
-  for (const std::string& name : options.participants) {
-    CertificateSpec participant;
-    participant.common_name = name;
-    participant.uris = {ParticipantIdentity(name)};
-    participant.client_auth = true;
-    participant.not_after = not_after;
-    FG_ASSIGN_OR_RETURN(const KeyAndCert pair,
-                        IssueCertificate(ca, participant));
-    FG_RETURN_IF_ERROR(WriteIdentity(dir + "/" + name, pair, ca.cert_pem));
+  for (const std::vector<std::string>* names :
+       {&options.participants, &options.observers, &options.admins}) {
+    for (const std::string& name : *names) {
+      CertificateSpec client;
+      client.common_name = name;
+      client.uris = {ParticipantIdentity(name)};
+      client.client_auth = true;
+      client.not_after = not_after;
+      FG_ASSIGN_OR_RETURN(const KeyAndCert pair, IssueCertificate(ca, client));
+      FG_RETURN_IF_ERROR(WriteIdentity(dir + "/" + name, pair, ca.cert_pem));
+    }
   }
-  return WriteStringToFile(dir + "/groups.yaml", groups_yaml);
+  return WriteStringToFile(dir + "/policy.yaml", policy_yaml);
 }
 
 }  // namespace fedgather

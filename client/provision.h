@@ -1,5 +1,5 @@
-// Provisioning: the CA, server and participant certificates and the groups
-// file of a federation, as `fedgather provision` writes them.
+// Provisioning: the CA, server and participant certificates and the starter
+// access policy of a federation, as `fedgather provision` writes them.
 #ifndef FEDGATHER_CLIENT_PROVISION_H_
 #define FEDGATHER_CLIENT_PROVISION_H_
 
@@ -20,10 +20,14 @@ struct ProvisionOptions {
   // is the CN (at most 64 characters). Names hold only A-Z a-z 0-9 . _ - *.
   std::vector<std::string> server_names;
   // Participant names, e.g. {"site-1", "site-2"}: [A-Za-z0-9._-]{1,64},
-  // unique, and none of ".", "..", "server", "ca.pem", "ca-key.pem",
-  // "groups.yaml".
+  // unique across participants, observers and admins, and none of ".",
+  // "..", "server", "ca.pem", "ca-key.pem", "policy.yaml".
   std::vector<std::string> participants;
-  // The group groups.yaml declares, with the same character rule.
+  // Observers (status only) and admins (status, abort rounds, reload the
+  // policy) of the group, named by the same rule; they get certificates too.
+  std::vector<std::string> observers;
+  std::vector<std::string> admins;
+  // The group policy.yaml declares, with the same character rule.
   std::string group = "demo";
   // Validity of the CA and of every certificate it issues here.
   absl::Duration validity = absl::Hours(24 * 365);
@@ -32,12 +36,17 @@ struct ProvisionOptions {
 // Provision writes, under DIR = options.out_dir:
 //   DIR/ca.pem, DIR/ca-key.pem             the CA (CN "fedgather CA")
 //   DIR/server/{cert.pem,key.pem,ca.pem}   serverAuth, SANs server_names
-//   DIR/<name>/{cert.pem,key.pem,ca.pem}   per participant: CN <name>, SAN
-//                                          URI ParticipantIdentity(name),
+//   DIR/<name>/{cert.pem,key.pem,ca.pem}   per participant, observer and
+//                                          admin: CN <name>, SAN URI
+//                                          ParticipantIdentity(name),
 //                                          clientAuth
-//   DIR/groups.yaml                        `group`, world_size = number of
-//                                          participants, members = their
-//                                          identities in the order given
+//   DIR/policy.yaml                        the access policy
+//                                          (server/access_policy.h): group
+//                                          `group` with world_size = number
+//                                          of participants and every name in
+//                                          its role; the admins are also
+//                                          server admins; the default limits
+//                                          written out
 // Existing files are replaced (each via a temporary file and a rename).
 // Every key file is created mode 0600 and forced to it, other files 0644;
 // directories Provision creates are 0755. Leaf certificates never outlive
@@ -50,7 +59,7 @@ struct ProvisionOptions {
 absl::Status Provision(const ProvisionOptions& options);
 
 // ParticipantIdentity returns "spiffe://fedgather/" + name, the identity a
-// participant's certificate carries and groups.yaml lists.
+// participant's certificate carries and policy.yaml lists.
 std::string ParticipantIdentity(absl::string_view name);
 
 }  // namespace fedgather

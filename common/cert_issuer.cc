@@ -27,6 +27,15 @@ struct Asn1StringDeleter {
   void operator()(ASN1_STRING* p) const { ASN1_STRING_free(p); }
 };
 using Asn1StringPtr = std::unique_ptr<ASN1_STRING, Asn1StringDeleter>;
+struct CrlDeleter {
+  void operator()(X509_CRL* p) const { X509_CRL_free(p); }
+  void operator()(X509_REVOKED* p) const { X509_REVOKED_free(p); }
+};
+using CrlPtr = std::unique_ptr<X509_CRL, CrlDeleter>;
+using RevokedPtr = std::unique_ptr<X509_REVOKED, CrlDeleter>;
+// ASN1_INTEGER and ASN1_TIME are both ASN1_STRING.
+using Asn1IntegerPtr = Asn1StringPtr;
+using Asn1TimePtr = Asn1StringPtr;
 
 // NoPassphrase refuses to decrypt: an encrypted CA key is an error, never a
 // prompt on the terminal (OpenSSL's default callback reads one).
@@ -261,6 +270,88 @@ absl::Status Sign(X509* cert, EVP_PKEY* key) {
                                                 : OpenSslError("X509_sign");
 }
 
+// A CA certificate with its matching private key.
+struct LoadedCa {
+  OpenSslPtr<X509> cert;
+  OpenSslPtr<EVP_PKEY> key;
+};
+
+// LoadCa parses `ca` and checks that its key matches and that it is a CA.
+absl::StatusOr<LoadedCa> LoadCa(const KeyAndCert& ca) {
+  absl::StatusOr<OpenSslPtr<X509>> cert = ParseCertificatePem(ca.cert_pem);
+  if (!cert.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CA certificate: ", cert.status().message()));
+  }
+  LoadedCa loaded;
+  loaded.cert = *std::move(cert);
+  FG_ASSIGN_OR_RETURN(loaded.key, ParseKeyPem(ca.key_pem));
+  if (X509_check_private_key(loaded.cert.get(), loaded.key.get()) != 1) {
+    return OpenSslError("the CA key does not match the CA certificate",
+                        absl::StatusCode::kInvalidArgument);
+  }
+  if (X509_check_ca(loaded.cert.get()) == 0) {
+    return absl::InvalidArgumentError(
+        "the CA certificate is not a certificate authority");
+  }
+  return loaded;
+}
+
+std::string NameText(const X509_NAME* name) {
+  OpenSslPtr<BIO> bio(BIO_new(BIO_s_mem()));
+  if (bio == nullptr ||
+      X509_NAME_print_ex(bio.get(), name, 0, XN_FLAG_RFC2253) < 0) {
+    return "?";
+  }
+  absl::StatusOr<std::string> text = BioContents(bio.get());
+  return text.ok() ? *text : "?";
+}
+
+absl::StatusOr<std::string> SerialHex(const ASN1_INTEGER* serial) {
+  OpenSslPtr<BIGNUM> bn(ASN1_INTEGER_to_BN(serial, nullptr));
+  if (bn == nullptr) return OpenSslError("ASN1_INTEGER_to_BN");
+  char* hex = BN_bn2hex(bn.get());
+  if (hex == nullptr) return OpenSslError("BN_bn2hex");
+  std::string out(hex);
+  OPENSSL_free(hex);
+  return out;
+}
+
+absl::StatusOr<CrlPtr> ParseCrlPem(absl::string_view pem) {
+  OpenSslPtr<BIO> bio(
+      BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (bio == nullptr) return OpenSslError("BIO_new_mem_buf");
+  CrlPtr crl(PEM_read_bio_X509_CRL(bio.get(), nullptr, nullptr, nullptr));
+  if (crl == nullptr) {
+    return OpenSslError("not a PEM CRL", absl::StatusCode::kInvalidArgument);
+  }
+  return crl;
+}
+
+// NextCrlNumber returns one more than the CRL number of `crl`, or 1 when it
+// is null or has none.
+absl::StatusOr<Asn1IntegerPtr> NextCrlNumber(X509_CRL* crl) {
+  OpenSslPtr<BIGNUM> number(BN_new());
+  if (number == nullptr) return OpenSslError("BN_new");
+  if (crl != nullptr) {
+    int found = 0;
+    Asn1IntegerPtr current(static_cast<ASN1_INTEGER*>(
+        X509_CRL_get_ext_d2i(crl, NID_crl_number, &found, nullptr)));
+    if (current != nullptr &&
+        ASN1_INTEGER_to_BN(current.get(), number.get()) == nullptr) {
+      return OpenSslError("ASN1_INTEGER_to_BN");
+    }
+    if (current == nullptr && found != -1) {
+      return OpenSslError("the existing CRL's CRL number does not decode",
+                          absl::StatusCode::kInvalidArgument);
+    }
+  }
+  if (BN_add_word(number.get(), 1) != 1) return OpenSslError("BN_add_word");
+  Asn1IntegerPtr out(BN_to_ASN1_INTEGER(number.get(), nullptr));
+  if (out == nullptr) return OpenSslError("BN_to_ASN1_INTEGER");
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<KeyAndCert> CreateCertificateAuthority(
@@ -296,21 +387,9 @@ absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
                                             const CertificateSpec& spec) {
   ERR_clear_error();  // So errors reported below are this call's own.
   // Check everything the caller gave before generating a key.
-  absl::StatusOr<OpenSslPtr<X509>> ca_cert = ParseCertificatePem(ca.cert_pem);
-  if (!ca_cert.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CA certificate: ", ca_cert.status().message()));
-  }
-  X509* issuer = ca_cert->get();
-  FG_ASSIGN_OR_RETURN(OpenSslPtr<EVP_PKEY> ca_key, ParseKeyPem(ca.key_pem));
-  if (X509_check_private_key(issuer, ca_key.get()) != 1) {
-    return OpenSslError("the CA key does not match the CA certificate",
-                        absl::StatusCode::kInvalidArgument);
-  }
-  if (X509_check_ca(issuer) == 0) {
-    return absl::InvalidArgumentError(
-        "the CA certificate is not a certificate authority");
-  }
+  FG_ASSIGN_OR_RETURN(LoadedCa loaded, LoadCa(ca));
+  X509* issuer = loaded.cert.get();
+  const OpenSslPtr<EVP_PKEY>& ca_key = loaded.key;
   FG_RETURN_IF_ERROR(CheckCommonName(spec.common_name));
   FG_ASSIGN_OR_RETURN(OpenSslPtr<GENERAL_NAMES> sans,
                       BuildSubjectAltNames(spec));
@@ -353,6 +432,174 @@ absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
       AddExtension(c, issuer, NID_authority_key_identifier, "keyid,issuer"));
   FG_RETURN_IF_ERROR(Sign(c, ca_key.get()));
   return Encode(key.get(), c);
+}
+
+absl::StatusOr<std::string> IssueCrl(
+    const KeyAndCert& ca, const std::vector<std::string>& revoked_cert_pems,
+    absl::Time this_update, absl::Time next_update,
+    const std::string& existing_crl_pem) {
+  ERR_clear_error();  // So errors reported below are this call's own.
+  FG_ASSIGN_OR_RETURN(LoadedCa loaded, LoadCa(ca));
+  X509* issuer = loaded.cert.get();
+  EVP_PKEY* issuer_key = X509_get0_pubkey(issuer);
+  if (next_update <= this_update) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("next_update ", Rfc3339(next_update),
+                     " is not after this_update ", Rfc3339(this_update)));
+  }
+
+  CrlPtr existing;
+  if (!existing_crl_pem.empty()) {
+    absl::StatusOr<CrlPtr> parsed = ParseCrlPem(existing_crl_pem);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("existing CRL: ", parsed.status().message()));
+    }
+    existing = *std::move(parsed);
+    if (X509_NAME_cmp(X509_CRL_get_issuer(existing.get()),
+                      X509_get_subject_name(issuer)) != 0 ||
+        X509_CRL_verify(existing.get(), issuer_key) != 1) {
+      ERR_clear_error();
+      return absl::InvalidArgumentError(
+          absl::StrCat("the existing CRL (issuer ",
+                       NameText(X509_CRL_get_issuer(existing.get())),
+                       ") is not signed by the CA ",
+                       NameText(X509_get_subject_name(issuer))));
+    }
+  }
+
+  // Check every certificate before building anything.
+  std::vector<OpenSslPtr<X509>> revoked;
+  for (size_t i = 0; i < revoked_cert_pems.size(); ++i) {
+    absl::StatusOr<OpenSslPtr<X509>> cert =
+        ParseCertificatePem(revoked_cert_pems[i]);
+    if (!cert.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "certificate ", i + 1, " to revoke: ", cert.status().message()));
+    }
+    X509* c = cert->get();
+    if (X509_cmp(c, issuer) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "certificate ", i + 1, " to revoke is the CA certificate itself"));
+    }
+    if (X509_NAME_cmp(X509_get_issuer_name(c), X509_get_subject_name(issuer)) !=
+            0 ||
+        X509_verify(c, issuer_key) != 1) {
+      ERR_clear_error();
+      std::string serial = SerialHex(X509_get0_serialNumber(c)).value_or("?");
+      return absl::InvalidArgumentError(absl::StrCat(
+          "certificate ", i + 1, " to revoke (subject ",
+          NameText(X509_get_subject_name(c)), ", serial ", serial, ", issuer ",
+          NameText(X509_get_issuer_name(c)), ") was not issued by the CA ",
+          NameText(X509_get_subject_name(issuer)),
+          X509_NAME_cmp(X509_get_issuer_name(c),
+                        X509_get_subject_name(issuer)) == 0
+              ? " (same name, a different key: another CA)"
+              : ""));
+    }
+    revoked.push_back(*std::move(cert));
+  }
+
+  CrlPtr crl(X509_CRL_new());
+  if (crl == nullptr) return OpenSslError("X509_CRL_new");
+  X509_CRL* c = crl.get();
+  if (X509_CRL_set_version(c, X509_CRL_VERSION_2) != 1) {
+    return OpenSslError("X509_CRL_set_version");
+  }
+  if (X509_CRL_set_issuer_name(c, X509_get_subject_name(issuer)) != 1) {
+    return OpenSslError("X509_CRL_set_issuer_name");
+  }
+  Asn1TimePtr this_time(ASN1_TIME_new());
+  Asn1TimePtr next_time(ASN1_TIME_new());
+  if (this_time == nullptr || next_time == nullptr) {
+    return OpenSslError("ASN1_TIME_new");
+  }
+  FG_RETURN_IF_ERROR(SetTime(this_time.get(), this_update, "this_update"));
+  FG_RETURN_IF_ERROR(SetTime(next_time.get(), next_update, "next_update"));
+  if (X509_CRL_set1_lastUpdate(c, this_time.get()) != 1 ||
+      X509_CRL_set1_nextUpdate(c, next_time.get()) != 1) {
+    return OpenSslError("X509_CRL_set1_lastUpdate");
+  }
+
+  // Entries: those already listed, then the new serials not among them.
+  std::vector<const ASN1_INTEGER*> listed;
+  if (existing != nullptr) {
+    STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(existing.get());
+    for (int i = 0; i < sk_X509_REVOKED_num(entries); ++i) {
+      RevokedPtr entry(X509_REVOKED_dup(sk_X509_REVOKED_value(entries, i)));
+      if (entry == nullptr) return OpenSslError("X509_REVOKED_dup");
+      listed.push_back(X509_REVOKED_get0_serialNumber(entry.get()));
+      if (X509_CRL_add0_revoked(c, entry.get()) != 1) {
+        return OpenSslError("X509_CRL_add0_revoked");
+      }
+      entry.release();  // Now owned by the CRL.
+    }
+  }
+  for (const OpenSslPtr<X509>& cert : revoked) {
+    const ASN1_INTEGER* serial = X509_get0_serialNumber(cert.get());
+    bool seen = false;
+    for (const ASN1_INTEGER* other : listed) {
+      seen = seen || ASN1_INTEGER_cmp(serial, other) == 0;
+    }
+    if (seen) continue;
+    RevokedPtr entry(X509_REVOKED_new());
+    if (entry == nullptr) return OpenSslError("X509_REVOKED_new");
+    if (X509_REVOKED_set_serialNumber(entry.get(),
+                                      const_cast<ASN1_INTEGER*>(serial)) != 1 ||
+        X509_REVOKED_set_revocationDate(entry.get(), this_time.get()) != 1) {
+      return OpenSslError("X509_REVOKED_set");
+    }
+    listed.push_back(X509_REVOKED_get0_serialNumber(entry.get()));
+    if (X509_CRL_add0_revoked(c, entry.get()) != 1) {
+      return OpenSslError("X509_CRL_add0_revoked");
+    }
+    entry.release();  // Now owned by the CRL.
+  }
+
+  X509V3_CTX ctx;
+  X509V3_set_ctx(&ctx, issuer, nullptr, nullptr, c, 0);
+  X509_EXTENSION* akid = X509V3_EXT_nconf_nid(
+      nullptr, &ctx, NID_authority_key_identifier, "keyid:always");
+  if (akid == nullptr) return OpenSslError("authorityKeyIdentifier");
+  const int added = X509_CRL_add_ext(c, akid, -1);
+  X509_EXTENSION_free(akid);
+  if (added != 1) return OpenSslError("X509_CRL_add_ext");
+  FG_ASSIGN_OR_RETURN(Asn1IntegerPtr number, NextCrlNumber(existing.get()));
+  if (X509_CRL_add1_ext_i2d(c, NID_crl_number, number.get(), /*crit=*/0,
+                            X509V3_ADD_DEFAULT) != 1) {
+    return OpenSslError("crlNumber");
+  }
+  if (X509_CRL_sort(c) != 1) return OpenSslError("X509_CRL_sort");
+  if (X509_CRL_sign(c, loaded.key.get(), EVP_sha256()) <= 0) {
+    return OpenSslError("X509_CRL_sign");
+  }
+  OpenSslPtr<BIO> bio(BIO_new(BIO_s_mem()));
+  if (bio == nullptr) return OpenSslError("BIO_new");
+  if (PEM_write_bio_X509_CRL(bio.get(), c) != 1) {
+    return OpenSslError("PEM_write_bio_X509_CRL");
+  }
+  return BioContents(bio.get());
+}
+
+absl::StatusOr<std::string> CertificateSerialHex(absl::string_view cert_pem) {
+  ERR_clear_error();
+  FG_ASSIGN_OR_RETURN(OpenSslPtr<X509> cert, ParseCertificatePem(cert_pem));
+  return SerialHex(X509_get0_serialNumber(cert.get()));
+}
+
+absl::StatusOr<std::vector<std::string>> CrlSerialsHex(
+    absl::string_view crl_pem) {
+  ERR_clear_error();
+  FG_ASSIGN_OR_RETURN(CrlPtr crl, ParseCrlPem(crl_pem));
+  std::vector<std::string> out;
+  STACK_OF(X509_REVOKED)* entries = X509_CRL_get_REVOKED(crl.get());
+  for (int i = 0; i < sk_X509_REVOKED_num(entries); ++i) {
+    FG_ASSIGN_OR_RETURN(std::string serial,
+                        SerialHex(X509_REVOKED_get0_serialNumber(
+                            sk_X509_REVOKED_value(entries, i))));
+    out.push_back(std::move(serial));
+  }
+  return out;
 }
 
 }  // namespace fedgather

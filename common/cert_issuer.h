@@ -1,6 +1,7 @@
-// X.509 issuing with the OpenSSL 3 C API: a certificate authority and the
-// server and participant certificates it signs. Used by `fedgather
-// provision` and by tests, which make their certificates with it.
+// X.509 issuing with the OpenSSL 3 C API: a certificate authority, the
+// server and participant certificates it signs, and the revocation lists
+// (CRLs) it signs. Used by `fedgather provision`, `fedgather revoke` and by
+// tests, which make their certificates with it.
 //
 // Every key is EC P-256, every signature ECDSA with SHA-256, and every key is
 // returned as a PKCS#8 PEM ("BEGIN PRIVATE KEY", unencrypted). The functions
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace fedgather {
@@ -69,6 +71,40 @@ absl::StatusOr<KeyAndCert> CreateCertificateAuthority(
 // INTERNAL, with OpenSSL's error text, when OpenSSL fails.
 absl::StatusOr<KeyAndCert> IssueCertificate(const KeyAndCert& ca,
                                             const CertificateSpec& spec);
+
+// IssueCrl makes a PEM X.509 v2 certificate revocation list ("BEGIN X509
+// CRL") signed by `ca` with ECDSA-SHA256: issuer the CA's subject,
+// thisUpdate `this_update`, nextUpdate `next_update` (both to the second),
+// an authority key identifier and a CRL number. It lists, sorted by serial,
+// every entry of `existing_crl_pem` (when not empty) unchanged and the serial
+// of each certificate in `revoked_cert_pems` with revocation date
+// `this_update`; a serial already listed keeps its first entry and is not
+// listed twice.
+// The CRL number is one more than that of `existing_crl_pem`, or 1 without
+// one, so a CRL built on its predecessor supersedes it.
+// INVALID_ARGUMENT when `ca` does not parse, its key does not match its
+// certificate or the certificate is not a CA; when a revoked certificate does
+// not parse, is `ca` itself or was not issued (name and signature) by `ca`;
+// when `existing_crl_pem` does not parse as a PEM CRL or was not signed by
+// `ca`; or when next_update <= this_update. INTERNAL, with OpenSSL's error
+// text, when OpenSSL fails.
+absl::StatusOr<std::string> IssueCrl(
+    const KeyAndCert& ca, const std::vector<std::string>& revoked_cert_pems,
+    absl::Time this_update, absl::Time next_update,
+    const std::string& existing_crl_pem = "");
+
+// CertificateSerialHex returns the serial number of the (first) certificate
+// in `cert_pem` as upper-case hexadecimal, two digits a byte without leading
+// zero bytes (as `openssl x509 -serial` prints it); verification errors
+// quote this form.
+// INVALID_ARGUMENT when `cert_pem` does not parse.
+absl::StatusOr<std::string> CertificateSerialHex(absl::string_view cert_pem);
+
+// CrlSerialsHex returns the serials a PEM CRL lists, in its order, in the
+// form of CertificateSerialHex. It does not check the CRL's signature.
+// INVALID_ARGUMENT when `crl_pem` does not parse as a PEM CRL.
+absl::StatusOr<std::vector<std::string>> CrlSerialsHex(
+    absl::string_view crl_pem);
 
 }  // namespace fedgather
 

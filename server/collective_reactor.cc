@@ -7,15 +7,18 @@
 
 namespace fedgather::server {
 
-CollectiveReactor* CollectiveReactor::Start(
-    GroupRegistry* registry, absl::StatusOr<std::string> identity,
-    int64_t max_chunk_bytes, std::function<absl::Time()> clock) {
-  std::shared_ptr<CollectiveReactor> reactor(
-      new CollectiveReactor(registry, identity.ok() ? *identity : "",
-                            max_chunk_bytes, std::move(clock)));
+CollectiveReactor* CollectiveReactor::Start(GroupRegistry* registry,
+                                            AccessControl* access,
+                                            absl::StatusOr<Admission> admission,
+                                            int64_t max_chunk_bytes,
+                                            std::function<absl::Time()> clock) {
+  const bool admitted = admission.ok();
+  std::shared_ptr<CollectiveReactor> reactor(new CollectiveReactor(
+      registry, access, admitted ? *std::move(admission) : Admission{},
+      max_chunk_bytes, std::move(clock)));
   reactor->self_ = reactor;
-  if (!identity.ok()) {
-    reactor->FinishWithoutRound(identity.status());
+  if (!admitted) {
+    reactor->FinishWithoutRound(admission.status());
   } else {
     reactor->StartRead(&reactor->read_buffer_);
   }
@@ -23,11 +26,13 @@ CollectiveReactor* CollectiveReactor::Start(
 }
 
 CollectiveReactor::CollectiveReactor(GroupRegistry* registry,
-                                     std::string identity,
+                                     AccessControl* access, Admission admission,
                                      int64_t max_chunk_bytes,
                                      std::function<absl::Time()> clock)
     : registry_(registry),
-      identity_(std::move(identity)),
+      access_(access),
+      caller_(std::move(admission.caller)),
+      stream_lease_(std::move(admission.stream)),
       max_chunk_bytes_(max_chunk_bytes),
       clock_(std::move(clock)) {}
 
@@ -123,8 +128,14 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
 
 absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     const v1::CollectiveHeader& header, PendingCallbacks* callbacks) {
+  if (absl::Status allowed =
+          access_->Authorize(caller_, header.group(), Action::kContribute);
+      !allowed.ok()) {
+    refusal_reported_ = true;
+    return allowed;
+  }
   absl::StatusOr<GroupState*> group =
-      registry_->Find(header.group(), identity_);
+      registry_->Find(header.group(), caller_.identity);
   if (!group.ok()) return group.status();
   absl::StatusOr<Fingerprint> fingerprint = FingerprintFromProto(
       header.tensors(),
@@ -136,8 +147,24 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
         "op ", OpName(header.op()), " is not supported by this server"));
   }
   absl::StatusOr<std::shared_ptr<Round>> found =
-      (*group)->FindRound(identity_, header, clock_(), callbacks);
+      (*group)->FindRound(caller_.identity, header, clock_(), callbacks);
   if (!found.ok()) return found.status();
+  // A contribution past the caller's limits fails the round on every rank.
+  ServerEvent about;
+  about.group = header.group();
+  about.epoch = header.epoch();
+  about.seq = header.seq();
+  about.rank = static_cast<int>(header.rank());
+  about.op = header.op();
+  if (absl::Status within = access_->CheckContribution(
+          caller_, static_cast<int>(fingerprint->size()),
+          ContributionBytes(*fingerprint).value_or(INT64_MAX),
+          (*found)->Describe(), std::move(about));
+      !within.ok()) {
+    refusal_reported_ = true;
+    (*found)->Fail(within, callbacks);
+    return within;
+  }
   fingerprint_ = *std::move(fingerprint);
   sequence_.emplace(fingerprint_, max_chunk_bytes_);
   rank_ = static_cast<int>(header.rank());
@@ -148,8 +175,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     round_ = *found;
   }
   absl::Status attached =
-      (*found)->Attach(rank_, header.op(), fingerprint_, read_buffer_,
-                       weak_from_this(), callbacks);
+      (*found)->Attach(rank_, caller_.peer, header.op(), fingerprint_,
+                       read_buffer_, weak_from_this(), callbacks);
   if (!attached.ok()) {
     {
       absl::MutexLock lock(&mu_);
@@ -165,17 +192,20 @@ void CollectiveReactor::RejectUpload(const absl::Status& status,
                                      PendingCallbacks* callbacks) {
   std::shared_ptr<Round> r = round();
   if (r == nullptr) {
-    ServerEvent refused;
-    refused.kind = EventKind::kCollectiveRefused;
-    refused.identity = identity_;
-    refused.status = status;
-    DeferEvent(registry_->events(), std::move(refused), callbacks);
+    if (!refusal_reported_) {
+      ServerEvent refused;
+      refused.kind = EventKind::kCollectiveRefused;
+      refused.identity = caller_.identity;
+      refused.peer = caller_.peer;
+      refused.status = status;
+      DeferEvent(registry_->events(), std::move(refused), callbacks);
+    }
     FinishWithoutRound(status);
     return;
   }
   r->Fail(absl::Status(status.code(),
                        absl::StrCat(r->Describe(), ": rank ", rank_, " (",
-                                    identity_, "): ", status.message())),
+                                    caller_.identity, "): ", status.message())),
           callbacks);
 }
 

@@ -27,6 +27,7 @@
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
+#include "server/access_control.h"
 #include "server/group_registry.h"
 #include "server/round.h"
 
@@ -38,9 +39,12 @@ class CollectiveReactor
       public std::enable_shared_from_this<CollectiveReactor> {
  public:
   // Start creates a reactor that keeps itself alive until OnDone. When
-  // `identity` is an error the stream is finished with it at once.
+  // `admission` is an error the stream is finished with it at once. The
+  // header is authorized by `access` (role participant) and checked against
+  // the caller's contribution limits.
   static CollectiveReactor* Start(GroupRegistry* registry,
-                                  absl::StatusOr<std::string> identity,
+                                  AccessControl* access,
+                                  absl::StatusOr<Admission> admission,
                                   int64_t max_chunk_bytes,
                                   std::function<absl::Time()> clock);
 
@@ -61,8 +65,9 @@ class CollectiveReactor
     uint64_t size_ = 0;
   };
 
-  CollectiveReactor(GroupRegistry* registry, std::string identity,
-                    int64_t max_chunk_bytes, std::function<absl::Time()> clock);
+  CollectiveReactor(GroupRegistry* registry, AccessControl* access,
+                    Admission admission, int64_t max_chunk_bytes,
+                    std::function<absl::Time()> clock);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -83,7 +88,9 @@ class CollectiveReactor
   std::shared_ptr<Round> round();
 
   GroupRegistry* const registry_;
-  const std::string identity_;
+  AccessControl* const access_;
+  const Caller caller_;
+  IdentityUsage::Lease stream_lease_;  // released when the reactor is freed
   const int64_t max_chunk_bytes_;
   const std::function<absl::Time()> clock_;
   std::shared_ptr<CollectiveReactor> self_;  // released in OnDone
@@ -98,6 +105,8 @@ class CollectiveReactor
   int rank_ = -1;  // set before the round can call back; then constant
   GroupState* group_ = nullptr;  // the round's group, for liveness
   uint64_t epoch_ = 0;
+  // Set when access control already reported this stream's refusal.
+  bool refusal_reported_ = false;
 
   absl::Mutex mu_;
   std::shared_ptr<Round> round_ ABSL_GUARDED_BY(mu_);

@@ -4,10 +4,22 @@ namespace fedgather::server {
 
 const char* EventKindName(EventKind kind) {
   switch (kind) {
+    case EventKind::kServerStarted:
+      return "server_started";
+    case EventKind::kServerStopped:
+      return "server_stopped";
+    case EventKind::kPolicyReloaded:
+      return "policy_reloaded";
+    case EventKind::kAccessDenied:
+      return "access_denied";
+    case EventKind::kLimitExceeded:
+      return "limit_exceeded";
     case EventKind::kJoinRefused:
       return "join_refused";
     case EventKind::kMemberJoined:
       return "member_joined";
+    case EventKind::kMemberLeft:
+      return "member_left";
     case EventKind::kGroupFormed:
       return "group_formed";
     case EventKind::kGroupDissolved:
@@ -22,6 +34,10 @@ const char* EventKindName(EventKind kind) {
       return "round_completed";
     case EventKind::kRoundFailed:
       return "round_failed";
+    case EventKind::kStatusRead:
+      return "status_read";
+    case EventKind::kRoundsAborted:
+      return "rounds_aborted";
   }
   return "unknown";
 }

@@ -1,21 +1,32 @@
-// ServerEvent and EventSink: what the server reports about membership and
-// rounds. The server binary logs them; the audit log and metrics attach here.
-// Tests use a sink to learn that a round reached a given point.
+// ServerEvent and EventSink: what the server reports about access,
+// membership and rounds. The audit log (server/audit_event_sink.h) and the
+// server binary's log attach here; tests use a sink to learn that a round
+// reached a given point.
 #ifndef FEDGATHER_SERVER_EVENT_SINK_H_
 #define FEDGATHER_SERVER_EVENT_SINK_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "fedgather/v1/fedgather.pb.h"
 #include "server/pending_callbacks.h"
 
 namespace fedgather::server {
 
 enum class EventKind {
-  kJoinRefused,           // a join was refused; status says why
+  kServerStarted,         // the server is serving; details: policy sha256
+  kServerStopped,         // the server stopped serving
+  kPolicyReloaded,        // a reload was tried; status: refused, or OK
+  kAccessDenied,          // a call was refused: UNAUTHENTICATED (certificate)
+                          // or PERMISSION_DENIED (policy); action says what
+  kLimitExceeded,         // RESOURCE_EXHAUSTED; details name the limit
+  kJoinRefused,           // a join was refused for another reason
   kMemberJoined,          // an identity is waiting for its group to form
+  kMemberLeft,            // a member's session ended; status says why
   kGroupFormed,           // every member joined; ranks are assigned
   kGroupDissolved,        // the epoch ended; status says why
   kCollectiveRefused,     // a collective stream was refused before a round
@@ -23,19 +34,35 @@ enum class EventKind {
   kContributionComplete,  // a rank's upload ended with a matching digest
   kRoundCompleted,        // every contribution is in; commits are going out
   kRoundFailed,           // the round failed on every rank with status
+  kStatusRead,            // an admin, observer or member read a status
+  kRoundsAborted,         // an admin aborted a group's rounds in flight
 };
 
 const char* EventKindName(EventKind kind);
 
+// One rank's contribution, as a commit records it.
+struct ContributionDigest {
+  int rank = -1;
+  std::string identity;
+  std::string sha256_hex;
+  int64_t bytes = 0;
+};
+
 struct ServerEvent {
   EventKind kind;
-  std::string group;
-  uint64_t epoch = 0;
-  uint64_t seq = 0;
-  int rank = -1;         // -1 when not about one rank
-  std::string identity;  // empty when not about one identity
-  int64_t bytes = 0;     // payload bytes, where meaningful
-  absl::Status status;   // why, for refusals and failures
+  std::string action;  // for kAccessDenied and kLimitExceeded: what was asked
+  std::string group;   // empty when not about one group
+  uint64_t epoch = 0;  // 0 when not about one epoch
+  std::optional<uint64_t> seq;  // the collective's seq, where there is one
+  int rank = -1;                // -1 when not about one rank
+  std::string identity;         // empty when not about one identity
+  std::string peer;             // the caller's address, where known
+  v1::Op op = v1::OP_UNSPECIFIED;
+  int64_t bytes = 0;       // payload bytes, where meaningful
+  std::string sha256_hex;  // a contribution's digest
+  std::vector<ContributionDigest> contributions;  // a commit's, by rank
+  std::vector<std::pair<std::string, std::string>> details;
+  absl::Status status;  // why, for refusals and failures
 };
 
 // EventSink receives events from gRPC threads, concurrently and never under

@@ -3,19 +3,18 @@
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace fedgather::server {
 
 FedgatherServer::FedgatherServer(ServerOptions options)
-    : options_(std::move(options)),
-      registry_(options_.groups, options_.limits),
-      service_(&registry_, options_.limits.max_chunk_bytes, options_.clock) {}
+    : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
     ServerOptions options) {
-  if (options.groups.empty()) {
+  if (options.policy_path.empty()) {
     return absl::InvalidArgumentError(
-        "no groups are configured (use --groups FILE or --group SPEC)");
+        "no access policy is configured (use --policy FILE)");
   }
   if (options.limits.max_chunk_bytes < 1 ||
       options.limits.max_chunk_bytes > (int64_t{4} << 20)) {
@@ -32,15 +31,40 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   }
   std::unique_ptr<FedgatherServer> server(
       new FedgatherServer(std::move(options)));
+  ServerOptions& o = server->options_;
+  if (!o.audit.path.empty()) {
+    if (o.audit_sign && o.audit.signing_key_pem.empty()) {
+      o.audit.signing_key_pem = o.tls.key_pem;
+    }
+    FG_ASSIGN_OR_RETURN(server->audit_log_, AuditLog::Open(o.audit));
+    server->audit_sink_ = std::make_unique<AuditEventSink>(
+        server->audit_log_.get(), o.limits.events);
+    o.limits.events = server->audit_sink_.get();
+  }
+  server->registry_ = std::make_unique<GroupRegistry>(o.limits);
+  AccessControlOptions access;
+  access.policy_path = o.policy_path;
+  access.client_ca_pem = o.tls.ca_pem;
+  access.crl_path = o.crl_path;
+  access.registry = server->registry_.get();
+  access.events = o.limits.events;
+  access.clock = o.clock;
+  FG_ASSIGN_OR_RETURN(server->access_, AccessControl::Create(access));
+  server->service_ = std::make_unique<RendezvousService>(
+      server->registry_.get(), server->access_.get(), o.limits.max_chunk_bytes,
+      o.clock);
+  server->admin_ = std::make_unique<AdminService>(server->registry_.get(),
+                                                  server->access_.get());
+
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(server->options_.listen_address,
-                           MakeServerCredentials(server->options_.tls),
+  builder.AddListeningPort(o.listen_address, MakeServerCredentials(o.tls),
                            &server->port_);
-  builder.RegisterService(&server->service_);
+  builder.RegisterService(server->service_.get());
+  builder.RegisterService(server->admin_.get());
   // A chunk frame is at most max_chunk_bytes plus a few bytes of framing; a
   // header with many tensors may be larger, so leave room for it.
   builder.SetMaxReceiveMessageSize(
-      static_cast<int>(server->options_.limits.max_chunk_bytes + (4 << 20)));
+      static_cast<int>(o.limits.max_chunk_bytes + (4 << 20)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(
@@ -49,27 +73,48 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", server->options_.listen_address,
+        "cannot listen on ", o.listen_address,
         " (address in use, or the TLS certificate and key do not match)"));
+  }
+  if (o.limits.events != nullptr) {
+    ServerEvent started;
+    started.kind = EventKind::kServerStarted;
+    started.details = {{"listen", o.listen_address},
+                       {"port", absl::StrCat(server->port_)},
+                       {"policy", o.policy_path},
+                       {"policy_sha256", server->access_->policy()->sha256()}};
+    if (!o.crl_path.empty()) started.details.emplace_back("crl", o.crl_path);
+    o.limits.events->OnEvent(started);
   }
   server->timers_ = std::thread([s = server.get()] { s->RunTimers(); });
   return server;
 }
 
+absl::Status FedgatherServer::ReloadPolicy(const std::string& by) {
+  return access_->Reload(Caller{by, ""});
+}
+
 void FedgatherServer::RunTimers() {
   while (!stop_.WaitForNotificationWithTimeout(options_.timer_period)) {
     PendingCallbacks callbacks;
-    registry_.CheckTimers(options_.clock(), &callbacks);
+    registry_->CheckTimers(options_.clock(), &callbacks);
   }
 }
 
-void FedgatherServer::Shutdown() {
+absl::Status FedgatherServer::Shutdown() {
   std::call_once(shutdown_once_, [this] {
     stop_.Notify();
     if (timers_.joinable()) timers_.join();
     // Cancel open streams at once rather than wait for rounds to finish.
     if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+    if (options_.limits.events != nullptr && server_ != nullptr) {
+      ServerEvent stopped;
+      stopped.kind = EventKind::kServerStopped;
+      options_.limits.events->OnEvent(stopped);
+    }
+    if (audit_log_ != nullptr) shutdown_status_ = audit_log_->Close();
   });
+  return shutdown_status_;
 }
 
 void FedgatherServer::Wait() {

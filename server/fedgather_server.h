@@ -1,7 +1,8 @@
 // FedgatherServer: a running fedgather-server: the gRPC server over mutual
-// TLS, its group registry and the timer thread that enforces join timeouts,
-// heartbeats and round deadlines. Used by the fedgather-server binary and by
-// tests that need a real server in-process.
+// TLS, its access control (policy, client-certificate checks, limits), its
+// group registry, the audit log, and the timer thread that enforces join
+// timeouts, heartbeats and round deadlines. Used by the fedgather-server
+// binary and by tests that need a real server in-process.
 #ifndef FEDGATHER_SERVER_FEDGATHER_SERVER_H_
 #define FEDGATHER_SERVER_FEDGATHER_SERVER_H_
 
@@ -12,14 +13,16 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/tls_credentials.h"
-#include "server/group_config.h"
+#include "server/access_control.h"
+#include "server/admin_service.h"
+#include "server/audit_event_sink.h"
+#include "server/audit_log.h"
 #include "server/group_registry.h"
 #include "server/rendezvous_service.h"
 
@@ -28,8 +31,13 @@ namespace fedgather::server {
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:0";  // port 0 picks a free port
   TlsFiles tls;                                // server cert, key, client CA
-  std::vector<GroupConfig> groups;
-  GroupLimits limits;
+  std::string policy_path;                     // the access policy (required)
+  std::string crl_path;                        // a PEM CRL; empty for none
+  // The audit log; an empty audit.path keeps none. When audit_sign is set
+  // and audit.signing_key_pem is empty, the server's TLS key signs anchors.
+  AuditLogOptions audit;
+  bool audit_sign = true;
+  GroupLimits limits;  // limits.events also gets every event
   // How often timers are checked; bounds how late a timeout is noticed.
   absl::Duration timer_period = absl::Milliseconds(100);
   std::function<absl::Time()> clock = [] { return absl::Now(); };
@@ -37,8 +45,10 @@ struct ServerOptions {
 
 class FedgatherServer {
  public:
-  // Start binds and starts serving. INVALID_ARGUMENT for bad options,
-  // UNAVAILABLE when the address cannot be bound.
+  // Start opens the audit log, loads the policy and CRL, binds and starts
+  // serving. INVALID_ARGUMENT for bad options or a bad policy or CRL (the
+  // message names the file), the audit log's error, UNAVAILABLE when the
+  // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<FedgatherServer>> Start(
       ServerOptions options);
 
@@ -48,25 +58,35 @@ class FedgatherServer {
   // port is the bound TCP port.
   int port() const { return port_; }
 
+  // ReloadPolicy re-reads the policy and CRL files (AccessControl::Reload);
+  // `by` names who asked, e.g. "SIGHUP". Thread-safe.
+  absl::Status ReloadPolicy(const std::string& by);
+
   // Wait blocks until the server is shut down.
   void Wait();
 
-  // Shutdown stops accepting calls, cancels open ones, and stops the timers.
-  // Thread-safe; idempotent.
-  void Shutdown();
+  // Shutdown stops accepting calls, cancels open ones, stops the timers,
+  // records the stop and closes the audit log. Thread-safe; idempotent.
+  // Returns the audit log's final status.
+  absl::Status Shutdown();
 
  private:
   explicit FedgatherServer(ServerOptions options);
   void RunTimers();
 
   ServerOptions options_;
-  GroupRegistry registry_;
-  RendezvousService service_;
+  std::unique_ptr<AuditLog> audit_log_;
+  std::unique_ptr<AuditEventSink> audit_sink_;
+  std::unique_ptr<GroupRegistry> registry_;
+  std::unique_ptr<AccessControl> access_;
+  std::unique_ptr<RendezvousService> service_;
+  std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   absl::Notification stop_;
   std::thread timers_;
   std::once_flag shutdown_once_;
+  absl::Status shutdown_status_;
 };
 
 }  // namespace fedgather::server

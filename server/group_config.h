@@ -1,12 +1,13 @@
-// GroupConfig: a group the server knows from its groups file or flags: its
-// name, world size and the identities allowed to join it.
+// GroupConfig: what the group registry runs for one group of the access
+// policy: its name, world size, quorum and the identities that may join it
+// as participants.
 #ifndef FEDGATHER_SERVER_GROUP_CONFIG_H_
 #define FEDGATHER_SERVER_GROUP_CONFIG_H_
 
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 
 namespace fedgather::server {
@@ -14,26 +15,9 @@ namespace fedgather::server {
 struct GroupConfig {
   std::string name;
   int world_size = 0;
-  std::vector<std::string> members;  // allowed identities, as in certificates
+  int min_quorum = 0;                // 0: every member must contribute
+  std::vector<std::string> members;  // participants, as in certificates
 };
-
-// ParseGroupsYaml parses a groups file:
-//   groups:
-//     - name: demo
-//       world_size: 4
-//       members: [spiffe://fedgather/site-1, ...]
-// INVALID_ARGUMENT names `source` and the offending group or field: unknown
-// keys, a missing name, a world size outside 1..kMaxWorldSize, fewer members
-// than the world size, duplicate groups or members.
-absl::StatusOr<std::vector<GroupConfig>> ParseGroupsYaml(
-    absl::string_view yaml, absl::string_view source);
-
-// LoadGroupsFile reads and parses `path`.
-absl::StatusOr<std::vector<GroupConfig>> LoadGroupsFile(
-    const std::string& path);
-
-// ParseGroupFlag parses "NAME:WORLD_SIZE=ID1,ID2,..." (the --group flag).
-absl::StatusOr<GroupConfig> ParseGroupFlag(absl::string_view flag);
 
 inline constexpr int kMaxWorldSize = 4096;
 

@@ -1,14 +1,22 @@
-// GroupRegistry: the groups a server knows, by name. The set of groups is
-// fixed when the registry is built; each group's state is thread-safe.
+// GroupRegistry: the groups a server runs, by name, as the access policy
+// declares them. A policy reload (ApplyPolicy) adds groups, reconfigures the
+// ones that stay, and retires the ones it drops; GroupState objects live as
+// long as the registry, so streams may keep pointers to them.
+//
+// Thread safety: thread-safe. mu_ guards the map; each group's state has its
+// own lock (lock order: registry, then group).
 #ifndef FEDGATHER_SERVER_GROUP_REGISTRY_H_
 #define FEDGATHER_SERVER_GROUP_REGISTRY_H_
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "server/group_config.h"
 #include "server/group_state.h"
 
@@ -16,8 +24,14 @@ namespace fedgather::server {
 
 class GroupRegistry {
  public:
-  GroupRegistry(const std::vector<GroupConfig>& groups,
-                const GroupLimits& limits);
+  explicit GroupRegistry(const GroupLimits& limits);
+
+  // ApplyPolicy makes `groups` the registry's groups: new ones are created,
+  // existing ones are reconfigured (GroupState::Reconfigure: rounds in flight
+  // carry on) and those not listed are retired: they refuse joins and
+  // collectives, while a formed epoch's rounds in flight still complete.
+  void ApplyPolicy(const std::vector<GroupConfig>& groups,
+                   PendingCallbacks* callbacks);
 
   // Find returns the group named `name`, or PERMISSION_DENIED that reveals
   // nothing about which groups exist (the same answer a non-member gets).
@@ -25,14 +39,17 @@ class GroupRegistry {
                                    const std::string& identity) const;
 
   // events is where refusals are reported; may be null.
-  EventSink* events() const { return events_; }
+  EventSink* events() const { return limits_.events; }
 
   // CheckTimers runs GroupState::CheckTimers on every group.
   void CheckTimers(absl::Time now, PendingCallbacks* callbacks);
 
  private:
-  std::map<std::string, std::unique_ptr<GroupState>> groups_;
-  EventSink* const events_;
+  const GroupLimits limits_;
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::unique_ptr<GroupState>> groups_
+      ABSL_GUARDED_BY(mu_);
+  std::set<std::string> active_ ABSL_GUARDED_BY(mu_);  // in the policy
 };
 
 }  // namespace fedgather::server

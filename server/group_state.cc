@@ -15,34 +15,36 @@ constexpr size_t kKeptOutcomes = 1024;
 }  // namespace
 
 GroupState::GroupState(GroupConfig config, const GroupLimits& limits)
-    : config_(std::move(config)), limits_(limits) {}
+    : name_(config.name), limits_(limits), config_(std::move(config)) {}
 
 std::string GroupState::Describe() const {
-  return absl::StrCat("group '", config_.name, "' epoch ", epoch_);
+  return absl::StrCat("group '", name_, "' epoch ", epoch_);
 }
 
 void GroupState::Emit(EventKind kind, int rank, const std::string& identity,
-                      const absl::Status& status,
+                      const std::string& peer, const absl::Status& status,
                       PendingCallbacks* callbacks) const {
   ServerEvent event;
   event.kind = kind;
-  event.group = config_.name;
+  event.group = name_;
   event.epoch = epoch_;
   event.rank = rank;
   event.identity = identity;
+  event.peer = peer;
   event.status = status;
   DeferEvent(limits_.events, std::move(event), callbacks);
 }
 
 absl::Status GroupState::Join(const std::string& identity,
+                              const std::string& peer,
                               const v1::JoinRequest& request,
                               std::shared_ptr<SessionStream> session,
                               absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  const std::string group = absl::StrCat("group '", config_.name, "'");
+  const std::string group = absl::StrCat("group '", name_, "'");
   if (std::find(config_.members.begin(), config_.members.end(), identity) ==
       config_.members.end()) {
-    return NotAMemberError(identity, config_.name);
+    return NotAMemberError(identity, name_);
   }
   if (static_cast<int>(request.world_size()) != config_.world_size) {
     return absl::InvalidArgumentError(
@@ -64,7 +66,7 @@ absl::Status GroupState::Join(const std::string& identity,
                      [&](const Member& m) { return m.identity == identity; });
     if (member == members_.end()) {
       return absl::FailedPreconditionError(
-          absl::StrCat(Describe(), " is formed with all ", config_.world_size,
+          absl::StrCat(Describe(), " is formed with all ", members_.size(),
                        " members; join again after it ends"));
     }
     EndEpochLocked(
@@ -84,8 +86,9 @@ absl::Status GroupState::Join(const std::string& identity,
                        " is already taken by '", w.identity, "'"));
     }
   }
-  waiting_.push_back(Waiting{identity, requested, session, session.get(), now});
-  Emit(EventKind::kMemberJoined, requested, identity, absl::OkStatus(),
+  waiting_.push_back(
+      Waiting{identity, peer, requested, session, session.get(), now});
+  Emit(EventKind::kMemberJoined, requested, identity, peer, absl::OkStatus(),
        callbacks);
   if (static_cast<int>(waiting_.size()) == config_.world_size) {
     FormLocked(now, callbacks);
@@ -119,12 +122,13 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   rounds_.clear();
   outcomes_.clear();
   for (const Waiting* w : by_rank) {
-    members_.push_back(Member{w->identity, w->session, w->session_key, now, 0});
+    members_.push_back(
+        Member{w->identity, w->peer, w->session, w->session_key, now, 0});
   }
   waiting_.clear();
 
   v1::Joined joined;
-  joined.set_group(config_.name);
+  joined.set_group(name_);
   joined.set_epoch(epoch_);
   joined.set_world_size(world);
   joined.set_heartbeat_interval_ms(
@@ -144,14 +148,22 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
       if (auto session = weak.lock()) session->SendJoined(joined);
     });
   }
-  Emit(EventKind::kGroupFormed, -1, "", absl::OkStatus(), callbacks);
+  ServerEvent formed;
+  formed.kind = EventKind::kGroupFormed;
+  formed.group = name_;
+  formed.epoch = epoch_;
+  for (int r = 0; r < world; ++r) {
+    formed.details.emplace_back(absl::StrCat("rank_", r), members_[r].identity);
+  }
+  DeferEvent(limits_.events, std::move(formed), callbacks);
 }
 
-void GroupState::EndEpochLocked(const absl::Status& status,
+void GroupState::EndEpochLocked(absl::Status status,
                                 const SessionStream* except,
                                 PendingCallbacks* callbacks) {
   if (!formed_) return;
   formed_ = false;
+  closing_ = absl::OkStatus();
   ended_status_ = status;
   for (auto& [seq, round] : rounds_) round->Fail(status, callbacks);
   rounds_.clear();
@@ -164,7 +176,7 @@ void GroupState::EndEpochLocked(const absl::Status& status,
     });
   }
   members_.clear();
-  Emit(EventKind::kGroupDissolved, -1, "", status, callbacks);
+  Emit(EventKind::kGroupDissolved, -1, "", "", status, callbacks);
 }
 
 void GroupState::Heartbeat(const SessionStream* session, absl::Time now) {
@@ -186,17 +198,23 @@ void GroupState::SessionLost(const SessionStream* session,
                              absl::string_view why,
                              PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(),
-                                [&](const Waiting& w) {
-                                  return w.session_key == session;
-                                }),
-                 waiting_.end());
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (it->session_key != session) continue;
+    Emit(EventKind::kMemberLeft, -1, it->identity, it->peer,
+         absl::CancelledError(
+             absl::StrCat("left group '", name_, "' before it formed: ", why)),
+         callbacks);
+    waiting_.erase(it);
+    return;
+  }
   for (size_t r = 0; r < members_.size(); ++r) {
     if (members_[r].session_key != session) continue;
-    EndEpochLocked(absl::UnavailableError(absl::StrCat(
-                       Describe(), ": rank ", r, " (", members_[r].identity,
-                       ") disconnected: ", why)),
-                   session, callbacks);
+    const absl::Status left = absl::UnavailableError(
+        absl::StrCat(Describe(), ": rank ", r, " (", members_[r].identity,
+                     ") disconnected: ", why));
+    Emit(EventKind::kMemberLeft, static_cast<int>(r), members_[r].identity,
+         members_[r].peer, left, callbacks);
+    EndEpochLocked(left, session, callbacks);
     return;
   }
 }
@@ -210,11 +228,11 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
       return ended_status_;
     }
     return absl::FailedPreconditionError(absl::StrCat(
-        "group '", config_.name, "' is ",
+        "group '", name_, "' is ",
         formed_ ? absl::StrCat("at epoch ", epoch_) : "not formed",
         "; the collective named epoch ", header.epoch(), "; join again"));
   }
-  const int world = config_.world_size;
+  const int world = static_cast<int>(members_.size());
   if (header.rank() >= static_cast<uint32_t>(world)) {
     return absl::InvalidArgumentError(
         absl::StrCat(Describe(), ": rank ", header.rank(),
@@ -244,8 +262,9 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), " seq ", seq, " has already completed"));
   }
+  if (!closing_.ok()) return closing_;
   RoundOptions options;
-  options.group = config_.name;
+  options.group = name_;
   options.epoch = epoch_;
   options.seq = seq;
   for (const Member& m : members_) options.identities.push_back(m.identity);
@@ -265,11 +284,15 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
 
 void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
                                const absl::Status& outcome) {
+  PendingCallbacks callbacks;  // runs after the lock is released
   absl::MutexLock lock(&mu_);
   if (!formed_ || epoch != epoch_) return;
   rounds_.erase(seq);
   outcomes_[seq] = outcome;
   while (outcomes_.size() > kKeptOutcomes) outcomes_.erase(outcomes_.begin());
+  if (!closing_.ok() && rounds_.empty()) {
+    EndEpochLocked(closing_, nullptr, &callbacks);
+  }
 }
 
 absl::Status GroupState::JoinTimeoutLocked() const {
@@ -280,7 +303,7 @@ absl::Status GroupState::JoinTimeoutLocked() const {
     if (joined.count(id) == 0) missing.push_back(id);
   }
   return absl::DeadlineExceededError(absl::StrCat(
-      "group '", config_.name, "' did not form within ",
+      "group '", name_, "' did not form within ",
       absl::FormatDuration(limits_.join_timeout), ": ", joined.size(), " of ",
       config_.world_size, " members joined (", absl::StrJoin(joined, ", "),
       "); not joined: ", absl::StrJoin(missing, ", ")));
@@ -297,6 +320,8 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
       continue;
     }
     if (timeout.ok()) timeout = JoinTimeoutLocked();
+    Emit(EventKind::kMemberLeft, -1, it->identity, it->peer, timeout,
+         callbacks);
     std::weak_ptr<SessionStream> weak = it->session;
     callbacks->Add([weak, timeout] {
       if (auto session = weak.lock()) session->Close(timeout);
@@ -316,6 +341,102 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
     return;
   }
   for (auto& [seq, round] : rounds_) round->CheckDeadline(now, callbacks);
+}
+
+}  // namespace fedgather::server
+
+namespace fedgather::server {
+
+void GroupState::RefuseWaitingLocked(
+    const std::function<absl::Status(const Waiting&)>& refuse,
+    PendingCallbacks* callbacks) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const absl::Status refused = refuse(*it);
+    if (refused.ok()) {
+      ++it;
+      continue;
+    }
+    Emit(EventKind::kJoinRefused, it->requested_rank, it->identity, it->peer,
+         refused, callbacks);
+    std::weak_ptr<SessionStream> weak = it->session;
+    callbacks->Add([weak, refused] {
+      if (auto session = weak.lock()) session->Close(refused);
+    });
+    it = waiting_.erase(it);
+  }
+}
+
+void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  const int old_world = config_.world_size;
+  config_ = std::move(config);
+  if (formed_ && closing_.ok()) {
+    std::vector<std::string> removed;
+    for (const Member& m : members_) {
+      if (std::find(config_.members.begin(), config_.members.end(),
+                    m.identity) == config_.members.end()) {
+        removed.push_back(m.identity);
+      }
+    }
+    if (!removed.empty()) {
+      closing_ = absl::AbortedError(absl::StrCat(
+          Describe(), " was closed by a policy reload that removed ",
+          absl::StrJoin(removed, ", "), "; join again"));
+    } else if (config_.world_size != old_world) {
+      closing_ = absl::AbortedError(
+          absl::StrCat(Describe(),
+                       " was closed by a policy reload that changed the world "
+                       "size from ",
+                       old_world, " to ", config_.world_size, "; join again"));
+    }
+    if (!closing_.ok() && rounds_.empty()) {
+      EndEpochLocked(closing_, nullptr, callbacks);
+    }
+  }
+  RefuseWaitingLocked(
+      [&](const Waiting& w) {
+        if (std::find(config_.members.begin(), config_.members.end(),
+                      w.identity) == config_.members.end()) {
+          return NotAMemberError(w.identity, name_);
+        }
+        if (config_.world_size != old_world) {
+          return absl::AbortedError(absl::StrCat(
+              "a policy reload changed the world size of group '", name_,
+              "' from ", old_world, " to ", config_.world_size,
+              "; join again with the new size"));
+        }
+        return absl::OkStatus();
+      },
+      callbacks);
+}
+
+std::vector<uint64_t> GroupState::AbortRounds(const std::string& admin,
+                                              absl::string_view reason,
+                                              PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> aborted;
+  for (auto& [seq, round] : rounds_) {
+    round->Fail(absl::AbortedError(absl::StrCat(round->Describe(),
+                                                " was aborted by admin '",
+                                                admin, "': ", reason)),
+                callbacks);
+    aborted.push_back(seq);
+  }
+  return aborted;
+}
+
+GroupState::Snapshot GroupState::GetSnapshot() const {
+  absl::MutexLock lock(&mu_);
+  Snapshot snapshot;
+  snapshot.config = config_;
+  snapshot.formed = formed_;
+  snapshot.epoch = epoch_;
+  for (const Member& m : members_) snapshot.members.push_back(m.identity);
+  for (const Waiting& w : waiting_) snapshot.waiting.push_back(w.identity);
+  for (const auto& [seq, round] : rounds_) {
+    snapshot.rounds.push_back(round->GetProgress());
+  }
+  return snapshot;
 }
 
 }  // namespace fedgather::server

@@ -5,6 +5,10 @@
 // ends the epoch: every round in flight fails with UNAVAILABLE naming it, the
 // other sessions are closed with the same status, and members join again.
 //
+// The policy can change the group's configuration while it runs
+// (Reconfigure): a formed epoch keeps its members and rounds, and the new
+// configuration applies to the next joins.
+//
 // Thread safety: thread-safe. Each method takes the group mutex briefly and
 // may call into the group's rounds (lock order: group, then round). Stream
 // callbacks go through PendingCallbacks and run after the locks are released.
@@ -12,6 +16,7 @@
 #define FEDGATHER_SERVER_GROUP_STATE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -61,11 +66,15 @@ class GroupState {
   // form; when it is the last one, every waiting session gets SendJoined.
   // Errors (the session should be finished with them):
   //   PERMISSION_DENIED   the identity is not a member of the group
-  //   INVALID_ARGUMENT    world size differs from the group's, rank out of
-  //   range ALREADY_EXISTS      the identity is already waiting, or the rank is
-  //   taken FAILED_PRECONDITION the group is formed and full
+  //   INVALID_ARGUMENT    world size differs from the group's, or the rank
+  //                       is out of range
+  //   ALREADY_EXISTS      the identity is already waiting, or the rank is
+  //                       taken
+  //   FAILED_PRECONDITION the group is formed and full
   // A current member that joins again ends the epoch first (it restarted).
-  absl::Status Join(const std::string& identity, const v1::JoinRequest& request,
+  // `peer` is the session's address, for events.
+  absl::Status Join(const std::string& identity, const std::string& peer,
+                    const v1::JoinRequest& request,
                     std::shared_ptr<SessionStream> session, absl::Time now,
                     PendingCallbacks* callbacks);
 
@@ -94,9 +103,39 @@ class GroupState {
   // deadlines as of `now`.
   void CheckTimers(absl::Time now, PendingCallbacks* callbacks);
 
+  // Reconfigure applies a new configuration of the same group from a policy
+  // reload. Waiting members the new configuration no longer lists are
+  // refused with PERMISSION_DENIED; when the world size changed, every
+  // waiting member is refused with ABORTED (join again with the new size).
+  // A formed epoch whose members all stay, at the same world size, carries
+  // on. Otherwise the epoch closes: its rounds in flight complete, a new
+  // round is refused with ABORTED naming why, and once no round is in flight
+  // the epoch ends with that status, so the members join again under the
+  // new policy.
+  void Reconfigure(GroupConfig config, PendingCallbacks* callbacks);
+
+  // AbortRounds fails every round in flight of the current epoch with
+  // ABORTED naming `admin` and `reason`, and returns their seqs. The epoch
+  // carries on: the next round works.
+  std::vector<uint64_t> AbortRounds(const std::string& admin,
+                                    absl::string_view reason,
+                                    PendingCallbacks* callbacks);
+
+  // Snapshot is the group's state for a status report.
+  struct Snapshot {
+    GroupConfig config;
+    bool formed = false;
+    uint64_t epoch = 0;
+    std::vector<std::string> members;  // by rank, when formed
+    std::vector<std::string> waiting;  // identities waiting to form
+    std::vector<Round::Progress> rounds;
+  };
+  Snapshot GetSnapshot() const;
+
  private:
   struct Waiting {
     std::string identity;
+    std::string peer;
     int requested_rank = -1;
     std::weak_ptr<SessionStream> session;
     const SessionStream* session_key = nullptr;
@@ -104,6 +143,7 @@ class GroupState {
   };
   struct Member {
     std::string identity;
+    std::string peer;
     std::weak_ptr<SessionStream> session;
     const SessionStream* session_key = nullptr;
     absl::Time last_heartbeat;
@@ -114,20 +154,28 @@ class GroupState {
   void FormLocked(absl::Time now, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // EndEpochLocked fails every round and closes every session but `except`.
-  void EndEpochLocked(const absl::Status& status, const SessionStream* except,
+  // `status` is taken by value: callers may pass closing_, which it resets.
+  void EndEpochLocked(absl::Status status, const SessionStream* except,
                       PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JoinTimeoutLocked says who has joined and who has not.
   absl::Status JoinTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RoundFinished(uint64_t epoch, uint64_t seq, const absl::Status& outcome);
   void Emit(EventKind kind, int rank, const std::string& identity,
-            const absl::Status& status, PendingCallbacks* callbacks) const
+            const std::string& peer, const absl::Status& status,
+            PendingCallbacks* callbacks) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RefuseWaitingLocked closes the waiting sessions `refuse` picks with the
+  // status it returns (OK: keep waiting).
+  void RefuseWaitingLocked(
+      const std::function<absl::Status(const Waiting&)>& refuse,
+      PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const GroupConfig config_;
+  const std::string name_;
   const GroupLimits limits_;
 
   mutable absl::Mutex mu_;
+  GroupConfig config_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
@@ -136,6 +184,8 @@ class GroupState {
   // Outcomes of this epoch's finished rounds, so late ranks get the same
   // answer; the oldest are dropped past kKeptOutcomes.
   std::map<uint64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  // Set when a policy reload closed the formed epoch: why.
+  absl::Status closing_ ABSL_GUARDED_BY(mu_);
   // Why the last epoch ended, for streams that still name it.
   absl::Status ended_status_ ABSL_GUARDED_BY(mu_);
 };

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -13,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
+#include "common/tls_credentials.h"
 #include "server/event_sink.h"
 #include "server/fedgather_server.h"
 
@@ -29,18 +31,19 @@ class StderrEventLog : public EventSink {
     std::string line =
         absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                                       absl::UTCTimeZone()),
-                     " ", EventKindName(event.kind), " group=", event.group,
-                     " epoch=", event.epoch);
-    if (event.kind != fedgather::server::EventKind::kGroupFormed &&
-        event.kind != fedgather::server::EventKind::kGroupDissolved &&
-        event.kind != fedgather::server::EventKind::kJoinRefused &&
-        event.kind != fedgather::server::EventKind::kMemberJoined) {
-      absl::StrAppend(&line, " seq=", event.seq);
-    }
+                     " ", EventKindName(event.kind));
+    if (!event.action.empty()) absl::StrAppend(&line, " action=", event.action);
+    if (!event.group.empty()) absl::StrAppend(&line, " group=", event.group);
+    if (event.epoch > 0) absl::StrAppend(&line, " epoch=", event.epoch);
+    if (event.seq.has_value()) absl::StrAppend(&line, " seq=", *event.seq);
     if (event.rank >= 0) absl::StrAppend(&line, " rank=", event.rank);
     if (!event.identity.empty())
       absl::StrAppend(&line, " identity=", event.identity);
+    if (!event.peer.empty()) absl::StrAppend(&line, " peer=", event.peer);
     if (event.bytes > 0) absl::StrAppend(&line, " bytes=", event.bytes);
+    for (const auto& [key, value] : event.details) {
+      absl::StrAppend(&line, " ", key, "=", value);
+    }
     if (!event.status.ok())
       absl::StrAppend(&line, " status=", event.status.ToString());
     absl::MutexLock lock(&mu_);
@@ -51,6 +54,15 @@ class StderrEventLog : public EventSink {
   absl::Mutex mu_;
 };
 
+absl::StatusOr<fedgather::server::AuditFsync> ParseFsync(
+    const std::string& text) {
+  if (text == "record") return fedgather::server::AuditFsync::kEveryRecord;
+  if (text == "group") return fedgather::server::AuditFsync::kGroupCommit;
+  if (text == "off") return fedgather::server::AuditFsync::kOff;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--audit-fsync '", text, "': expected record, group or off"));
+}
+
 absl::Duration Seconds(double s) { return absl::Milliseconds(s * 1000.0); }
 
 }  // namespace
@@ -58,8 +70,11 @@ absl::Duration Seconds(double s) { return absl::Milliseconds(s * 1000.0); }
 int main(int argc, char** argv) {
   CLI::App app{"fedgather-server: federated all_gather relay over mutual TLS"};
   std::string listen = "0.0.0.0:50051";
-  std::string port_file, cert, key, client_ca, groups_file;
-  std::vector<std::string> group_flags;
+  std::string port_file, cert, key, client_ca, policy, crl, audit_log;
+  std::string audit_fsync = "group";
+  int64_t audit_rotate_mib = 64;
+  int audit_anchor_every = 1000;
+  bool audit_unsigned = false;
   double round_timeout = 300, join_timeout = 300, heartbeat_interval = 1,
          heartbeat_timeout = 5;
   int64_t max_buffered_mib = 256;
@@ -72,9 +87,25 @@ int main(int argc, char** argv) {
   app.add_option("--client-ca", client_ca,
                  "CA PEM that client certificates must chain to")
       ->required();
-  app.add_option("--groups", groups_file, "groups YAML file");
-  app.add_option("--group", group_flags,
-                 "a group as NAME:WORLD_SIZE=ID1,ID2,... (repeatable)");
+  app.add_option("--policy", policy,
+                 "access policy YAML (groups, roles, limits); reloaded on "
+                 "SIGHUP")
+      ->required();
+  app.add_option("--crl", crl,
+                 "PEM certificate revocation list; reloaded with the policy");
+  app.add_option("--audit-log", audit_log,
+                 "hash-chained JSON-lines audit log to append to");
+  app.add_option("--audit-fsync", audit_fsync,
+                 "record (fsync each record), group (fsync each batch) or off")
+      ->capture_default_str();
+  app.add_option("--audit-rotate-mib", audit_rotate_mib,
+                 "rotate the audit log at this size (0: never)")
+      ->capture_default_str();
+  app.add_option("--audit-anchor-every", audit_anchor_every,
+                 "records between signed anchors of the audit chain")
+      ->capture_default_str();
+  app.add_flag("--audit-unsigned", audit_unsigned,
+               "do not sign the audit chain with the server key");
   app.add_option("--round-timeout", round_timeout, "seconds a round may take")
       ->capture_default_str();
   app.add_option("--join-timeout", join_timeout,
@@ -105,23 +136,27 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.tls = *std::move(tls);
-  if (!groups_file.empty()) {
-    auto groups = fedgather::server::LoadGroupsFile(groups_file);
-    if (!groups.ok()) {
-      std::cerr << "fedgather-server: " << groups.status().message()
+  options.policy_path = policy;
+  options.crl_path = crl;
+  if (!audit_log.empty()) {
+    absl::StatusOr<fedgather::server::AuditFsync> fsync =
+        ParseFsync(audit_fsync);
+    if (!fsync.ok()) {
+      std::cerr << "fedgather-server: " << fsync.status().message()
                 << std::endl;
       return 2;
     }
-    options.groups = *std::move(groups);
+    options.audit.path = audit_log;
+    options.audit.fsync = *fsync;
+    options.audit.rotate_bytes = audit_rotate_mib << 20;
+    options.audit.anchor_every = audit_anchor_every;
+    options.audit_sign = !audit_unsigned;
   }
-  for (const std::string& flag : group_flags) {
-    auto group = fedgather::server::ParseGroupFlag(flag);
-    if (!group.ok()) {
-      std::cerr << "fedgather-server: " << group.status().message()
-                << std::endl;
-      return 2;
-    }
-    options.groups.push_back(*std::move(group));
+  if (absl::Status ciphers = fedgather::CheckCipherSuiteOverride(
+          std::getenv("GRPC_SSL_CIPHER_SUITES"));
+      !ciphers.ok()) {
+    std::cerr << "fedgather-server: " << ciphers.message() << std::endl;
+    return 2;
   }
   StderrEventLog events;
   options.limits.round_timeout = Seconds(round_timeout);
@@ -131,12 +166,14 @@ int main(int argc, char** argv) {
   options.limits.max_buffered_bytes_per_round = max_buffered_mib << 20;
   options.limits.events = &events;
 
-  // Block the stop signals in every thread; one thread waits for them.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  // Block the stop and reload signals in every thread; the main thread
+  // waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto server = fedgather::server::FedgatherServer::Start(std::move(options));
   if (!server.ok()) {
@@ -154,9 +191,20 @@ int main(int argc, char** argv) {
   std::cerr << "fedgather-server: listening on port " << (*server)->port()
             << std::endl;
   int signal_number = 0;
-  sigwait(&stop_signals, &signal_number);
+  while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
+    absl::Status reloaded = (*server)->ReloadPolicy("SIGHUP");
+    std::cerr << "fedgather-server: SIGHUP: "
+              << (reloaded.ok() ? "policy reloaded"
+                                : std::string(reloaded.message()))
+              << std::endl;
+  }
   std::cerr << "fedgather-server: signal " << signal_number << ", stopping"
             << std::endl;
-  (*server)->Shutdown();
+  absl::Status closed = (*server)->Shutdown();
+  if (!closed.ok()) {
+    std::cerr << "fedgather-server: audit log: " << closed.message()
+              << std::endl;
+    return 1;
+  }
   return 0;
 }

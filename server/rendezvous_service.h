@@ -1,6 +1,8 @@
-// RendezvousService: the gRPC callback service. It binds every stream to the
-// identity in the peer's verified client certificate and hands the stream to
-// its reactor. Collective runs on raw byte buffers (zero-copy fan-out).
+// RendezvousService: the gRPC callback service of sessions and collectives.
+// Each new stream is admitted by AccessControl (its client certificate is
+// verified, and it holds one of the identity's concurrent streams) and is
+// then handed to its reactor. Collective runs on raw byte buffers
+// (zero-copy fan-out).
 #ifndef FEDGATHER_SERVER_RENDEZVOUS_SERVICE_H_
 #define FEDGATHER_SERVER_RENDEZVOUS_SERVICE_H_
 
@@ -8,6 +10,7 @@
 
 #include "absl/time/time.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
+#include "server/access_control.h"
 #include "server/group_registry.h"
 
 namespace fedgather::server {
@@ -16,9 +19,9 @@ class RendezvousService : public v1::Rendezvous::WithCallbackMethod_Session<
                               v1::Rendezvous::WithRawCallbackMethod_Collective<
                                   v1::Rendezvous::Service>> {
  public:
-  // `registry` must outlive the service.
-  RendezvousService(GroupRegistry* registry, int64_t max_chunk_bytes,
-                    std::function<absl::Time()> clock);
+  // `registry` and `access` must outlive the service.
+  RendezvousService(GroupRegistry* registry, AccessControl* access,
+                    int64_t max_chunk_bytes, std::function<absl::Time()> clock);
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Session(
       grpc::CallbackServerContext* context) override;
@@ -27,14 +30,10 @@ class RendezvousService : public v1::Rendezvous::WithCallbackMethod_Session<
 
  private:
   GroupRegistry* const registry_;
+  AccessControl* const access_;
   const int64_t max_chunk_bytes_;
   const std::function<absl::Time()> clock_;
 };
-
-// PeerIdentity returns the identity of the verified client certificate of
-// `context`'s peer; UNAUTHENTICATED when there is none.
-absl::StatusOr<std::string> PeerIdentity(
-    const grpc::CallbackServerContext& context);
 
 }  // namespace fedgather::server
 

@@ -27,19 +27,30 @@ int64_t Round::BufferedBytes() const {
   return buffered_bytes_;
 }
 
-void Round::Emit(EventKind kind, int rank, int64_t bytes,
-                 const absl::Status& status,
-                 PendingCallbacks* callbacks) const {
+ServerEvent Round::MakeEvent(EventKind kind, int rank) const {
   ServerEvent event;
   event.kind = kind;
   event.group = options_.group;
   event.epoch = options_.epoch;
   event.seq = options_.seq;
+  event.op = op_;
   event.rank = rank;
-  if (rank >= 0) event.identity = options_.identities[rank];
-  event.bytes = bytes;
-  event.status = status;
-  DeferEvent(options_.events, std::move(event), callbacks);
+  if (rank >= 0) {
+    event.identity = options_.identities[rank];
+    event.peer = ranks_[rank].peer;
+  }
+  return event;
+}
+
+Round::Progress Round::GetProgress() const {
+  absl::MutexLock lock(&mu_);
+  Progress progress;
+  progress.seq = options_.seq;
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].attached) progress.started.push_back(r);
+    if (ranks_[r].ended) progress.complete.push_back(r);
+  }
+  return progress;
 }
 
 void Round::Wake(int rank, PendingCallbacks* callbacks) {
@@ -55,7 +66,8 @@ void Round::WakeAll(PendingCallbacks* callbacks) {
   }
 }
 
-absl::Status Round::Attach(int rank, v1::Op op, const Fingerprint& fingerprint,
+absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
+                           const Fingerprint& fingerprint,
                            grpc::ByteBuffer header_frame,
                            std::weak_ptr<RoundStream> stream,
                            PendingCallbacks* callbacks) {
@@ -92,10 +104,12 @@ absl::Status Round::Attach(int rank, v1::Op op, const Fingerprint& fingerprint,
     return mismatch;
   }
   state.attached = true;
+  state.peer = peer;
   state.stream = std::move(stream);
   state.expected_bytes = ContributionBytes(fingerprint).value();
-  Emit(EventKind::kContributionStarted, rank, state.expected_bytes,
-       absl::OkStatus(), callbacks);
+  ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
+  started.bytes = state.expected_bytes;
+  DeferEvent(options_.events, std::move(started), callbacks);
   // The header goes to every other rank ahead of this rank's chunks, so an
   // ALL_GATHER_V receiver learns the part's shape before its bytes.
   const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
@@ -151,12 +165,21 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   if (state.ended) return;
   state.ended = true;
   state.digest = digest;
-  Emit(EventKind::kContributionComplete, rank, state.received_bytes,
-       absl::OkStatus(), callbacks);
+  ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
+  contributed.bytes = state.received_bytes;
+  contributed.sha256_hex = DigestToHex(digest);
+  DeferEvent(options_.events, std::move(contributed), callbacks);
   if (++ended_count_ < world_) return;
   complete_ = true;
   commit_frame_ = CommitFrameLocked();
-  Emit(EventKind::kRoundCompleted, -1, 0, absl::OkStatus(), callbacks);
+  ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
+  for (int r = 0; r < world_; ++r) {
+    committed.contributions.push_back(ContributionDigest{
+        r, options_.identities[r], DigestToHex(ranks_[r].digest),
+        ranks_[r].received_bytes});
+    committed.bytes += ranks_[r].received_bytes;
+  }
+  DeferEvent(options_.events, std::move(committed), callbacks);
   if (options_.on_finished) {
     auto on_finished = options_.on_finished;
     const uint64_t seq = options_.seq;
@@ -268,7 +291,9 @@ void Round::FailLocked(const absl::Status& status,
   status_ = status;
   for (LogEntry& entry : log_) entry.frame.Clear();
   buffered_bytes_ = 0;
-  Emit(EventKind::kRoundFailed, -1, 0, status_, callbacks);
+  ServerEvent failed = MakeEvent(EventKind::kRoundFailed, -1);
+  failed.status = status_;
+  DeferEvent(options_.events, std::move(failed), callbacks);
   if (options_.on_finished) {
     auto on_finished = options_.on_finished;
     const uint64_t seq = options_.seq;

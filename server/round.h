@@ -84,7 +84,9 @@ class Round {
   // FAILED_PRECONDITION, a different fingerprint INVALID_ARGUMENT, and either
   // fails the round on every rank. `header_frame` is forwarded to the other
   // ranks. Returns the round's failure when it has already failed.
-  absl::Status Attach(int rank, v1::Op op, const Fingerprint& fingerprint,
+  // `peer` is the stream's address, for events.
+  absl::Status Attach(int rank, const std::string& peer, v1::Op op,
+                      const Fingerprint& fingerprint,
                       grpc::ByteBuffer header_frame,
                       std::weak_ptr<RoundStream> stream,
                       PendingCallbacks* callbacks);
@@ -128,6 +130,15 @@ class Round {
   // BufferedBytes is the payload held in the log right now.
   int64_t BufferedBytes() const;
 
+  // Progress is which ranks have started and which have completed their
+  // contributions, for status reports.
+  struct Progress {
+    uint64_t seq = 0;
+    std::vector<int> started;
+    std::vector<int> complete;
+  };
+  Progress GetProgress() const;
+
  private:
   struct LogEntry {
     int source_rank;
@@ -137,6 +148,7 @@ class Round {
   };
   struct RankState {
     bool attached = false;
+    std::string peer;
     std::weak_ptr<RoundStream> stream;
     int64_t expected_bytes = 0;
     int64_t received_bytes = 0;
@@ -162,8 +174,8 @@ class Round {
   void WakeAll(PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake(int rank, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Emit(EventKind kind, int rank, int64_t bytes, const absl::Status& status,
-            PendingCallbacks* callbacks) const;
+  ServerEvent MakeEvent(EventKind kind, int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   grpc::ByteBuffer CommitFrameLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

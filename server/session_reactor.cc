@@ -8,24 +8,72 @@
 namespace fedgather::server {
 
 SessionReactor* SessionReactor::Start(GroupRegistry* registry,
-                                      absl::StatusOr<std::string> identity,
+                                      AccessControl* access,
+                                      absl::StatusOr<Admission> admission,
                                       std::function<absl::Time()> clock) {
+  const bool admitted = admission.ok();
   std::shared_ptr<SessionReactor> reactor(new SessionReactor(
-      registry, identity.ok() ? *identity : "", std::move(clock)));
+      registry, access, admitted ? *std::move(admission) : Admission{},
+      std::move(clock)));
   reactor->self_ = reactor;
-  if (!identity.ok()) {
-    reactor->Close(identity.status());
+  if (!admitted) {
+    reactor->Close(admission.status());
   } else {
     reactor->StartRead(&reactor->request_);
   }
   return reactor.get();
 }
 
-SessionReactor::SessionReactor(GroupRegistry* registry, std::string identity,
+SessionReactor::SessionReactor(GroupRegistry* registry, AccessControl* access,
+                               Admission admission,
                                std::function<absl::Time()> clock)
     : registry_(registry),
-      identity_(std::move(identity)),
+      access_(access),
+      caller_(std::move(admission.caller)),
+      stream_lease_(std::move(admission.stream)),
       clock_(std::move(clock)) {}
+
+absl::Status SessionReactor::HandleJoin(PendingCallbacks* callbacks) {
+  if (request_.kind_case() != v1::SessionRequest::kJoin) {
+    return absl::InvalidArgumentError(
+        "the first message of a session must be a join");
+  }
+  const v1::JoinRequest& join = request_.join();
+  // The access checks report their own refusals.
+  if (absl::Status allowed =
+          access_->Authorize(caller_, join.group(), Action::kJoin);
+      !allowed.ok()) {
+    return allowed;
+  }
+  absl::StatusOr<IdentityUsage::Lease> lease =
+      access_->AcquireGroup(caller_, join.group());
+  if (!lease.ok()) return lease.status();
+  absl::StatusOr<GroupState*> group =
+      registry_->Find(join.group(), caller_.identity);
+  absl::Status joined = group.status();
+  if (group.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      group_ = *group;
+      group_lease_ = *std::move(lease);
+    }
+    joined = (*group)->Join(caller_.identity, caller_.peer, join,
+                            shared_from_this(), clock_(), callbacks);
+  }
+  if (!joined.ok()) {
+    ServerEvent refused;
+    refused.kind = EventKind::kJoinRefused;
+    refused.group = join.group();
+    refused.identity = caller_.identity;
+    refused.peer = caller_.peer;
+    refused.status = joined;
+    DeferEvent(registry_->events(), std::move(refused), callbacks);
+    absl::MutexLock lock(&mu_);
+    group_ = nullptr;
+    group_lease_.Release();
+  }
+  return joined;
+}
 
 void SessionReactor::OnReadDone(bool ok) {
   if (!ok) {
@@ -34,33 +82,7 @@ void SessionReactor::OnReadDone(bool ok) {
   }
   PendingCallbacks callbacks;
   if (group_ == nullptr) {
-    if (request_.kind_case() != v1::SessionRequest::kJoin) {
-      Close(absl::InvalidArgumentError(
-          "the first message of a session must be a join"));
-      return;
-    }
-    absl::StatusOr<GroupState*> group =
-        registry_->Find(request_.join().group(), identity_);
-    absl::Status joined = group.status();
-    if (group.ok()) {
-      {
-        absl::MutexLock lock(&mu_);
-        group_ = *group;
-      }
-      joined = (*group)->Join(identity_, request_.join(), shared_from_this(),
-                              clock_(), &callbacks);
-    }
-    if (!joined.ok()) {
-      ServerEvent refused;
-      refused.kind = EventKind::kJoinRefused;
-      refused.group = request_.join().group();
-      refused.identity = identity_;
-      refused.status = joined;
-      DeferEvent(registry_->events(), std::move(refused), &callbacks);
-      {
-        absl::MutexLock lock(&mu_);
-        group_ = nullptr;
-      }
+    if (absl::Status joined = HandleJoin(&callbacks); !joined.ok()) {
       Close(joined);
       return;
     }
@@ -113,11 +135,13 @@ void SessionReactor::Close(const absl::Status& status) {
 
 void SessionReactor::Lost(absl::string_view why) {
   GroupState* group = nullptr;
+  IdentityUsage::Lease group_lease;  // given back when this call returns
   {
     absl::MutexLock lock(&mu_);
     if (lost_) return;
     lost_ = true;
     group = group_;
+    group_lease = std::move(group_lease_);
   }
   if (group != nullptr) {
     PendingCallbacks callbacks;

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "fedgather/v1/fedgather.pb.h"
+#include "server/access_control.h"
 #include "server/group_registry.h"
 
 namespace fedgather::server {
@@ -29,17 +30,21 @@ class SessionReactor
       public std::enable_shared_from_this<SessionReactor> {
  public:
   // Start creates a reactor that keeps itself alive until OnDone. When
-  // `identity` is an error the stream is finished with it at once.
-  static SessionReactor* Start(GroupRegistry* registry,
-                               absl::StatusOr<std::string> identity,
+  // `admission` is an error the stream is finished with it at once. The
+  // join is authorized by `access` (role participant) and holds one of the
+  // caller's max_groups until the session ends.
+  static SessionReactor* Start(GroupRegistry* registry, AccessControl* access,
+                               absl::StatusOr<Admission> admission,
                                std::function<absl::Time()> clock);
 
   void SendJoined(const v1::Joined& joined) override;
   void Close(const absl::Status& status) override;
 
  private:
-  SessionReactor(GroupRegistry* registry, std::string identity,
-                 std::function<absl::Time()> clock);
+  SessionReactor(GroupRegistry* registry, AccessControl* access,
+                 Admission admission, std::function<absl::Time()> clock);
+  // HandleJoin runs the first message; returns the refusal, if any.
+  absl::Status HandleJoin(PendingCallbacks* callbacks);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -49,7 +54,9 @@ class SessionReactor
   void Lost(absl::string_view why);
 
   GroupRegistry* const registry_;
-  const std::string identity_;
+  AccessControl* const access_;
+  const Caller caller_;
+  IdentityUsage::Lease stream_lease_;  // released when the reactor is freed
   const std::function<absl::Time()> clock_;
   std::shared_ptr<SessionReactor> self_;  // released in OnDone
 
@@ -64,6 +71,8 @@ class SessionReactor
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status pending_finish_ ABSL_GUARDED_BY(mu_);
   bool has_pending_finish_ ABSL_GUARDED_BY(mu_) = false;
+  // One of the caller's max_groups, from a successful join until Lost.
+  IdentityUsage::Lease group_lease_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fedgather::server

@@ -1,4 +1,6 @@
-// fedgather: the participant CLI (provision, join). See README.md.
+// fedgather: the participant CLI (provision, join, status, round abort,
+// policy reload, audit verify, revoke).
+// See README.md.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
@@ -6,7 +8,10 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/admin_command.h"
+#include "client/cli/audit_command.h"
 #include "client/cli/join_command.h"
+#include "client/cli/revoke_command.h"
 #include "client/provision.h"
 
 namespace {
@@ -43,6 +48,12 @@ int main(int argc, char** argv) {
       ->required();
   provision_cmd->add_option("--group", provision.group, "group to declare")
       ->capture_default_str();
+  std::string observers, admins;
+  provision_cmd->add_option("--observers", observers,
+                            "comma-separated observer names (status only)");
+  provision_cmd->add_option(
+      "--admins", admins,
+      "comma-separated admin names (status, round abort, policy reload)");
 
   fedgather::cli::JoinCommandOptions join;
   int rank = -1;
@@ -66,6 +77,17 @@ int main(int argc, char** argv) {
                    "seconds to wait for the group and the round")
       ->capture_default_str();
 
+  fedgather::cli::AuditVerifyCommandOptions audit_verify;
+  CLI::App* audit_verify_cmd =
+      fedgather::cli::AddAuditCommand(&app, &audit_verify);
+
+  fedgather::cli::AdminCommandOptions admin;
+  const fedgather::cli::AdminCommands admin_cmds =
+      fedgather::cli::AddAdminCommands(&app, &admin);
+
+  fedgather::cli::RevokeCommandOptions revoke;
+  CLI::App* revoke_cmd = fedgather::cli::AddRevokeCommand(&app, &revoke);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -78,7 +100,27 @@ int main(int argc, char** argv) {
         absl::StrSplit(server_names, ',', absl::SkipEmpty());
     provision.participants =
         absl::StrSplit(participants, ',', absl::SkipEmpty());
+    provision.observers = absl::StrSplit(observers, ',', absl::SkipEmpty());
+    provision.admins = absl::StrSplit(admins, ',', absl::SkipEmpty());
     return Report("provision", fedgather::Provision(provision));
+  }
+  if (*audit_verify_cmd) {
+    return Report("audit verify",
+                  fedgather::cli::RunAuditVerify(audit_verify, std::cout));
+  }
+  if (*admin_cmds.status) {
+    return Report("status", fedgather::cli::RunStatus(admin, std::cout));
+  }
+  if (*admin_cmds.round_abort) {
+    return Report("round abort",
+                  fedgather::cli::RunRoundAbort(admin, std::cout));
+  }
+  if (*admin_cmds.policy_reload) {
+    return Report("policy reload",
+                  fedgather::cli::RunPolicyReload(admin, std::cout));
+  }
+  if (*revoke_cmd) {
+    return Report("revoke", fedgather::cli::RunRevoke(revoke, std::cout));
   }
   if (rank >= 0) join.rank = rank;
   join.timeout = absl::Milliseconds(timeout_s * 1000.0);

@@ -6,7 +6,6 @@
 #include <openssl/x509v3.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <yaml-cpp/yaml.h>
 
 #include <memory>
 #include <string>
@@ -15,7 +14,7 @@
 #include "common/file_io.h"
 #include "common/openssl_util.h"
 #include "common/peer_identity.h"
-#include "server/group_config.h"
+#include "server/access_policy.h"
 #include "tests/common/x509_test_util.h"
 
 namespace fedgather {
@@ -90,7 +89,7 @@ TEST(ProvisionTest, WritesEveryFileWithIdentitiesAndPrivateKeys) {
   const std::string& dir = options.out_dir;
   EXPECT_EQ(Mode(dir), 0755);
   EXPECT_EQ(Mode(dir + "/server"), 0755);
-  EXPECT_EQ(Mode(dir + "/groups.yaml"), 0644);
+  EXPECT_EQ(Mode(dir + "/policy.yaml"), 0644);
   ExpectKeyPair(dir + "/ca-key.pem", dir + "/ca.pem");
   const std::string ca_pem = Read(dir + "/ca.pem");
   OpenSslPtr<X509> ca = ParseCert(ca_pem);
@@ -138,50 +137,64 @@ TEST(ProvisionTest, WritesEveryFileWithIdentitiesAndPrivateKeys) {
   EXPECT_EQ(X509_check_ip_asc(server.get(), "127.0.0.1", 0), 1);
   EXPECT_EQ(IdentityFromCertificatePem(server_pem).value(), "localhost");
 
-  // groups.yaml, read with yaml-cpp directly...
-  const YAML::Node root = YAML::LoadFile(dir + "/groups.yaml");
-  ASSERT_TRUE(root["groups"].IsSequence());
-  ASSERT_EQ(root["groups"].size(), 1u);
-  const YAML::Node group = root["groups"][0];
-  EXPECT_EQ(group["name"].as<std::string>(), "demo");
-  EXPECT_EQ(group["world_size"].as<int>(), 3);
-  EXPECT_EQ(group["members"].as<std::vector<std::string>>(),
+  // policy.yaml, read by the server's loader, which is what consumes it.
+  auto policy = server::AccessPolicy::Load(dir + "/policy.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  const std::vector<server::GroupConfig> groups = policy->GroupConfigs();
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].name, "demo");
+  EXPECT_EQ(groups[0].world_size, 3);
+  EXPECT_EQ(groups[0].members,
             (std::vector<std::string>{"spiffe://fedgather/site-1",
                                       "spiffe://fedgather/site-2",
                                       "spiffe://fedgather/site-3"}));
-  // ...and with the server's loader, which is what consumes it.
-  auto groups = server::LoadGroupsFile(dir + "/groups.yaml");
-  ASSERT_TRUE(groups.ok()) << groups.status();
-  ASSERT_EQ(groups->size(), 1u);
-  EXPECT_EQ((*groups)[0].name, "demo");
-  EXPECT_EQ((*groups)[0].world_size, 3);
-  EXPECT_EQ((*groups)[0].members,
-            group["members"].as<std::vector<std::string>>());
 }
 
-TEST(ProvisionTest, GroupsFileIsTheDocumentedSchema) {
-  ProvisionOptions options;
-  options.out_dir = TempDir();
-  options.server_names = {"localhost"};
-  options.participants = {"site-1", "site-2"};
+TEST(ProvisionTest, PolicyGivesObserversAndAdminsTheirRoles) {
+  ProvisionOptions options = ThreeSites(TempDir());
+  options.observers = {"dashboard"};
+  options.admins = {"ops"};
   ASSERT_TRUE(Provision(options).ok());
-  EXPECT_EQ(Read(options.out_dir + "/groups.yaml"),
-            "# fedgather groups file, written by `fedgather provision`.\n"
-            "groups:\n"
-            "  - name: demo\n"
-            "    world_size: 2\n"
-            "    members:\n"
-            "      - spiffe://fedgather/site-1\n"
-            "      - spiffe://fedgather/site-2\n");
+  auto policy = server::AccessPolicy::Load(options.out_dir + "/policy.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->RoleOf("spiffe://fedgather/site-2", "demo"),
+            server::Role::kParticipant);
+  EXPECT_EQ(policy->RoleOf("spiffe://fedgather/dashboard", "demo"),
+            server::Role::kObserver);
+  EXPECT_EQ(policy->RoleOf("spiffe://fedgather/ops", "demo"),
+            server::Role::kAdmin);
+  EXPECT_TRUE(policy
+                  ->Authorize("spiffe://fedgather/ops", "",
+                              server::Action::kReloadPolicy)
+                  .ok());
+  EXPECT_EQ(policy->GroupConfigs()[0].world_size, 3);
+  // Observers and admins get client certificates like participants.
+  for (const std::string name : {"dashboard", "ops"}) {
+    const std::string cert_pem =
+        Read(options.out_dir + "/" + name + "/cert.pem");
+    EXPECT_EQ(IdentityFromCertificatePem(cert_pem).value(),
+              ParticipantIdentity(name));
+    EXPECT_EQ(VerifyError(Read(options.out_dir + "/ca.pem"), cert_pem,
+                          X509_PURPOSE_SSL_CLIENT),
+              X509_V_OK);
+  }
+  // The default limits are written out, and are what the parser defaults to.
+  const server::IdentityLimits limits = policy->LimitsFor("anyone");
+  const server::IdentityLimits defaults;
+  EXPECT_EQ(limits.max_contribution_bytes, defaults.max_contribution_bytes);
+  EXPECT_EQ(limits.max_tensors_per_contribution,
+            defaults.max_tensors_per_contribution);
+  EXPECT_EQ(limits.max_concurrent_streams, defaults.max_concurrent_streams);
+  EXPECT_EQ(limits.max_groups, defaults.max_groups);
 }
 
 TEST(ProvisionTest, GroupNameThatYamlReadsAsNullStaysAString) {
   ProvisionOptions options = ThreeSites(TempDir());
   options.group = "null";
   ASSERT_TRUE(Provision(options).ok());
-  auto groups = server::LoadGroupsFile(options.out_dir + "/groups.yaml");
-  ASSERT_TRUE(groups.ok()) << groups.status();
-  EXPECT_EQ((*groups)[0].name, "null");
+  auto policy = server::AccessPolicy::Load(options.out_dir + "/policy.yaml");
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  EXPECT_EQ(policy->groups()[0].name, "null");
 }
 
 TEST(ProvisionTest, OverwritesAndForcesKeyModes) {
@@ -213,7 +226,7 @@ TEST(ProvisionTest, RejectsBadOptionsBeforeWritingAnything) {
                                              {".."},
                                              {"server"},
                                              {"ca.pem"},
-                                             {"groups.yaml"},
+                                             {"policy.yaml"},
                                              {"sp ace"},
                                              {std::string(65, 'n')}}) {
     ProvisionOptions options = ThreeSites(out_dir);
@@ -229,6 +242,9 @@ TEST(ProvisionTest, RejectsBadOptionsBeforeWritingAnything) {
   }
   ProvisionOptions options = ThreeSites(out_dir);
   options.group = "a/b";
+  bad.push_back(options);
+  options = ThreeSites(out_dir);
+  options.admins = {"site-1"};  // already a participant
   bad.push_back(options);
   options = ThreeSites(out_dir);
   options.validity = absl::ZeroDuration();

@@ -6,8 +6,10 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "client/provision.h"
-#include "server/group_config.h"
+#include "common/cert_issuer.h"
+#include "common/file_io.h"
 
 namespace fedgather::testing {
 
@@ -43,27 +45,83 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   for (const std::string& name : options.extra) {
     provision.participants.push_back(name);
   }
+  provision.observers = options.observers;
+  provision.admins = options.admins;
   const absl::Status provisioned = Provision(provision);
   EXPECT_TRUE(provisioned.ok()) << provisioned;
+  EXPECT_TRUE(WriteStringToFile(policy_path(), DefaultPolicy()).ok());
 
   server::ServerOptions server_options;
   absl::StatusOr<TlsFiles> tls = ReadTlsFiles(
       dir_ + "/server/cert.pem", dir_ + "/server/key.pem", dir_ + "/ca.pem");
   EXPECT_TRUE(tls.ok()) << tls.status();
   server_options.tls = *tls;
-  server::GroupConfig demo;
-  demo.name = "demo";
-  demo.world_size = options.participants;
-  for (int i = 0; i < options.participants; ++i) {
-    demo.members.push_back(ParticipantIdentity(Site(i)));
+  server_options.policy_path = policy_path();
+  if (options.crl) {
+    server_options.crl_path = dir_ + "/crl.pem";
+    Revoke({});
   }
-  server_options.groups = {demo};
+  if (options.audit) {
+    server_options.audit.path = audit_path();
+    server_options.audit.anchor_every = 50;
+  }
   server_options.limits = options.limits;
   server_options.limits.events = &events_;
   server_options.timer_period = absl::Milliseconds(20);
   auto server = server::FedgatherServer::Start(std::move(server_options));
   EXPECT_TRUE(server.ok()) << server.status();
   if (server.ok()) server_ = *std::move(server);
+}
+
+std::string TestCluster::DefaultPolicy() const {
+  std::string yaml = "version: 1\n";
+  if (!options_.admins.empty()) {
+    yaml += "server_admins:\n";
+    for (const std::string& name : options_.admins) {
+      yaml += "  - " + ParticipantIdentity(name) + "\n";
+    }
+  }
+  yaml += options_.policy_extra;
+  yaml += "groups:\n  - name: demo\n    world_size: " +
+          std::to_string(options_.participants) + "\n    members:\n";
+  for (int i = 0; i < options_.participants; ++i) {
+    yaml += "      " + ParticipantIdentity(Site(i)) + ": participant\n";
+  }
+  for (const std::string& name : options_.observers) {
+    yaml += "      " + ParticipantIdentity(name) + ": observer\n";
+  }
+  for (const std::string& name : options_.admins) {
+    yaml += "      " + ParticipantIdentity(name) + ": admin\n";
+  }
+  return yaml;
+}
+
+void TestCluster::Revoke(const std::vector<std::string>& names) {
+  const std::string crl_path = dir_ + "/crl.pem";
+  absl::StatusOr<std::string> ca_key = ReadFileToString(dir_ + "/ca-key.pem");
+  absl::StatusOr<std::string> ca_cert = ReadFileToString(dir_ + "/ca.pem");
+  ASSERT_TRUE(ca_key.ok() && ca_cert.ok());
+  std::vector<std::string> revoked;
+  for (const std::string& name : names) {
+    absl::StatusOr<std::string> cert =
+        ReadFileToString(dir_ + "/" + name + "/cert.pem");
+    ASSERT_TRUE(cert.ok()) << cert.status();
+    revoked.push_back(*cert);
+  }
+  absl::StatusOr<std::string> existing = ReadFileToString(crl_path);
+  const absl::Time now = absl::Now();
+  absl::StatusOr<std::string> crl =
+      IssueCrl(KeyAndCert{*ca_key, *ca_cert}, revoked, now - absl::Minutes(1),
+               now + absl::Hours(24), existing.ok() ? *existing : "");
+  ASSERT_TRUE(crl.ok()) << crl.status();
+  ASSERT_TRUE(WriteStringToFile(crl_path, *crl).ok());
+}
+
+void TestCluster::StopServer() {
+  if (server_ != nullptr) {
+    const absl::Status stopped = server_->Shutdown();
+    EXPECT_TRUE(stopped.ok()) << stopped;
+  }
 }
 
 TestCluster::~TestCluster() {
@@ -89,6 +147,74 @@ std::unique_ptr<Client> TestCluster::Connect(const std::string& name) const {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   EXPECT_TRUE(client.ok()) << client.status();
   return client.ok() ? *std::move(client) : nullptr;
+}
+
+std::unique_ptr<Group> MustJoin(const TestCluster& cluster, Client& client,
+                                int rank) {
+  auto group =
+      client.Join({"demo", cluster.participants(), rank, absl::Seconds(30)});
+  EXPECT_TRUE(group.ok()) << group.status();
+  return group.ok() ? *std::move(group) : nullptr;
+}
+
+absl::Status GatherRanks(Group& group) {
+  int32_t mine = 7000 + group.rank();
+  std::vector<int32_t> out(group.world_size(), -1);
+  ConstHostTensor in{{"r", DType::kI32, {1}}, &mine};
+  MutableHostTensor gathered{{"r", DType::kI32, {group.world_size(), 1}},
+                             out.data()};
+  absl::Status status = group.AllGatherInto({&in, 1}, {&gathered, 1});
+  if (!status.ok()) return status;
+  for (int r = 0; r < group.world_size(); ++r) {
+    if (out[r] != 7000 + r) return absl::InternalError("wrong gathered value");
+  }
+  return absl::OkStatus();
+}
+
+Members::Members(const TestCluster& cluster) {
+  const int n = cluster.participants();
+  clients.resize(n);
+  groups.resize(n);
+  RunRanks(n, [&](int i) {
+    clients[i] = cluster.Connect(TestCluster::Site(i));
+    groups[i] = MustJoin(cluster, *clients[i], i);
+  });
+}
+
+std::vector<absl::Status> Members::Run(
+    const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> statuses(groups.size());
+  RunRanks(static_cast<int>(groups.size()),
+           [&](int i) { statuses[i] = fn(i); });
+  return statuses;
+}
+
+void Members::ExpectNextRoundWorks() {
+  for (const absl::Status& s :
+       Run([&](int i) { return GatherRanks(*groups[i]); })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+void ExpectSameStatusEverywhere(const std::vector<absl::Status>& statuses,
+                                absl::StatusCode code) {
+  ASSERT_FALSE(statuses.empty());
+  for (const absl::Status& s : statuses) {
+    EXPECT_EQ(s.code(), code) << s;
+    EXPECT_EQ(s, statuses[0]);
+  }
+}
+
+std::vector<nlohmann::json> ReadAuditRecords(const std::string& path) {
+  std::vector<nlohmann::json> records;
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return records;
+  for (absl::string_view line :
+       absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    records.push_back(nlohmann::json::parse(line));
+  }
+  return records;
 }
 
 void RunRanks(int n, const std::function<void(int)>& fn) {

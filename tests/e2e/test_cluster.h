@@ -1,11 +1,13 @@
 // TestCluster: a real fedgather-server in this process over mutual TLS on
 // 127.0.0.1:0, with certificates made by the project's own provisioning code
-// in a fresh temporary directory, and helpers that run one thread per rank.
+// in a fresh temporary directory, an access policy file (and optionally a
+// CRL and an audit log) there, and helpers that run one thread per rank.
 #ifndef FEDGATHER_TESTS_E2E_TEST_CLUSTER_H_
 #define FEDGATHER_TESTS_E2E_TEST_CLUSTER_H_
 
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -34,14 +36,21 @@ class RecordingEvents : public server::EventSink {
 
 struct ClusterOptions {
   ClusterOptions(int n = 2) : participants(n) {}  // NOLINT: implicit on purpose
-  int participants;                // site-1..site-N, all in group "demo"
-  std::vector<std::string> extra;  // provisioned but not in any group
-  server::GroupLimits limits;      // events are set by the cluster
+  int participants;                    // site-1..site-N, all in group "demo"
+  std::vector<std::string> extra;      // provisioned but not in any group
+  std::vector<std::string> observers;  // observers of "demo"
+  std::vector<std::string> admins;     // admins of "demo" and server admins
+  // Extra YAML appended to the policy's top level (e.g. "limits: {...}\n").
+  std::string policy_extra;
+  bool audit = false;          // a signed audit log at dir()/audit.jsonl
+  bool crl = false;            // --crl dir()/crl.pem, which starts empty
+  server::GroupLimits limits;  // events are set by the cluster
 };
 
 class TestCluster {
  public:
-  // Provisions certificates, starts the server. Fails the test on error.
+  // Provisions certificates, writes the policy, starts the server. Fails
+  // the test on error.
   explicit TestCluster(const ClusterOptions& options);
   ~TestCluster();
 
@@ -50,6 +59,17 @@ class TestCluster {
   int participants() const { return options_.participants; }
   static std::string Site(int i) { return "site-" + std::to_string(i + 1); }
   RecordingEvents& events() { return events_; }
+  server::FedgatherServer& server() { return *server_; }
+
+  // DefaultPolicy is the policy the cluster starts with.
+  std::string DefaultPolicy() const;
+  std::string policy_path() const { return dir_ + "/policy.yaml"; }
+  std::string audit_path() const { return dir_ + "/audit.jsonl"; }
+  // Revoke adds `names`' certificates to dir()/crl.pem (options.crl must be
+  // set); the server honours it after a reload.
+  void Revoke(const std::vector<std::string>& names);
+  // StopServer shuts the server down, which closes the audit log.
+  void StopServer();
 
   // TlsFor reads DIR/<name>/{cert,key,ca}.pem.
   TlsFiles TlsFor(const std::string& name) const;
@@ -61,6 +81,33 @@ class TestCluster {
   RecordingEvents events_;
   std::unique_ptr<server::FedgatherServer> server_;
 };
+
+// MustJoin joins group "demo" of `cluster` at `rank`; fails the test on error.
+std::unique_ptr<Group> MustJoin(const TestCluster& cluster, Client& client,
+                                int rank);
+
+// GatherRanks gathers one int32 (7000 + rank) from every rank of `group` and
+// checks every value.
+absl::Status GatherRanks(Group& group);
+
+// Members of a formed group, one client each, joined at rank i.
+struct Members {
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<Group>> groups;
+
+  explicit Members(const TestCluster& cluster);
+  // Runs `fn(rank)` on every member's thread; returns each status.
+  std::vector<absl::Status> Run(const std::function<absl::Status(int)>& fn);
+  // Runs GatherRanks on every member and expects it to pass.
+  void ExpectNextRoundWorks();
+};
+
+// ExpectSameStatusEverywhere expects every status to be `code` and equal.
+void ExpectSameStatusEverywhere(const std::vector<absl::Status>& statuses,
+                                absl::StatusCode code);
+
+// ReadAuditRecords parses every line of the audit file at `path`.
+std::vector<nlohmann::json> ReadAuditRecords(const std::string& path);
 
 // RunRanks runs fn(i) for i in [0, n) on n threads and joins them.
 void RunRanks(int n, const std::function<void(int)>& fn);

@@ -84,8 +84,8 @@ class GroupStateTest : public ::testing::Test {
     request.set_world_size(world_size);
     if (rank.has_value()) request.set_requested_rank(*rank);
     PendingCallbacks callbacks;
-    absl::Status status =
-        group_->Join(identity, request, Session(identity), now, &callbacks);
+    absl::Status status = group_->Join(identity, "ipv4:127.0.0.1:1", request,
+                                       Session(identity), now, &callbacks);
     callbacks.Run();
     return status;
   }

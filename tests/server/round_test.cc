@@ -187,9 +187,9 @@ class RoundTest : public ::testing::Test {
   absl::Status Attach(Round& round, int rank, v1::Op op = v1::ALL_GATHER,
                       const Fingerprint& fingerprint = TwoFloats()) {
     PendingCallbacks callbacks;
-    absl::Status status =
-        round.Attach(rank, op, fingerprint, HeaderFrame(rank, op, fingerprint),
-                     streams_[rank], &callbacks);
+    absl::Status status = round.Attach(
+        rank, "ipv4:127.0.0.1:1", op, fingerprint,
+        HeaderFrame(rank, op, fingerprint), streams_[rank], &callbacks);
     callbacks.Run();
     return status;
   }

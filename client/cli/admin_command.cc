@@ -1,0 +1,123 @@
+#include "client/cli/admin_command.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_join.h"
+#include "client/client.h"
+#include "common/status_macros.h"
+
+namespace fedgather::cli {
+namespace {
+
+void AddConnectionOptions(CLI::App* command, AdminCommandOptions* options) {
+  command->add_option("--server", options->server, "HOST:PORT")->required();
+  command
+      ->add_option("--tls-dir", options->tls_dir,
+                   "directory with cert.pem, key.pem, ca.pem")
+      ->required();
+}
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectAs(
+    const AdminCommandOptions& options) {
+  ClientOptions client;
+  client.server_address = options.server;
+  FG_ASSIGN_OR_RETURN(client.tls, ReadTlsDir(options.tls_dir));
+  return Client::Connect(client);
+}
+
+}  // namespace
+
+AdminCommands AddAdminCommands(CLI::App* app, AdminCommandOptions* options) {
+  AdminCommands commands;
+  commands.status = app->add_subcommand(
+      "status", "show groups, members, waiting identities and rounds");
+  AddConnectionOptions(commands.status, options);
+  commands.status->add_option("--group", options->group,
+                              "one group (default: every group you may see)");
+  commands.status->add_flag("--json", options->json, "print JSON");
+
+  CLI::App* round = app->add_subcommand("round", "round control (admins)");
+  round->require_subcommand(1);
+  commands.round_abort = round->add_subcommand(
+      "abort", "abort a group's rounds in flight on every rank");
+  AddConnectionOptions(commands.round_abort, options);
+  commands.round_abort->add_option("--group", options->group, "group")
+      ->required();
+  commands.round_abort->add_option("--reason", options->reason,
+                                   "why, for the audit log and every rank");
+
+  CLI::App* policy = app->add_subcommand("policy", "policy (server admins)");
+  policy->require_subcommand(1);
+  commands.policy_reload = policy->add_subcommand(
+      "reload", "make the server re-read its policy and CRL files");
+  AddConnectionOptions(commands.policy_reload, options);
+  return commands;
+}
+
+absl::Status RunStatus(const AdminCommandOptions& options, std::ostream& out) {
+  FG_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectAs(options));
+  FG_ASSIGN_OR_RETURN(const v1::StatusReply reply,
+                      client->GetStatus(options.group));
+  if (options.json) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions print;
+    print.add_whitespace = true;
+    print.always_print_primitive_fields = true;
+    print.preserve_proto_field_names = true;
+    if (!google::protobuf::util::MessageToJsonString(reply, &json, print)
+             .ok()) {
+      return absl::InternalError("cannot print the status as JSON");
+    }
+    out << json;
+    return absl::OkStatus();
+  }
+  for (const v1::GroupStatus& group : reply.groups()) {
+    out << "group " << group.name() << " (your role: " << group.role()
+        << "): world size " << group.world_size();
+    if (group.min_quorum() > 0) out << ", quorum " << group.min_quorum();
+    out << ", " << (group.formed() ? "formed" : "not formed");
+    if (group.epoch() > 0) out << ", epoch " << group.epoch();
+    out << "\n";
+    for (const v1::Member& member : group.members()) {
+      out << "  rank " << member.rank() << "  " << member.identity() << "\n";
+    }
+    for (const std::string& waiting : group.waiting()) {
+      out << "  waiting  " << waiting << "\n";
+    }
+    for (const v1::RoundProgress& round : group.rounds()) {
+      out << "  round seq " << round.seq() << ": started ranks ["
+          << absl::StrJoin(round.started_ranks(), ",") << "], complete ranks ["
+          << absl::StrJoin(round.complete_ranks(), ",") << "]\n";
+    }
+  }
+  if (reply.groups().empty()) out << "no groups visible to this identity\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunRoundAbort(const AdminCommandOptions& options,
+                           std::ostream& out) {
+  FG_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectAs(options));
+  FG_ASSIGN_OR_RETURN(const v1::AbortRoundReply reply,
+                      client->AbortRound(options.group, options.reason));
+  out << "aborted " << reply.aborted_seqs_size() << " round(s) of group "
+      << options.group;
+  if (reply.aborted_seqs_size() > 0) {
+    out << ": seq " << absl::StrJoin(reply.aborted_seqs(), ", ");
+  }
+  out << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunPolicyReload(const AdminCommandOptions& options,
+                             std::ostream& out) {
+  FG_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectAs(options));
+  FG_ASSIGN_OR_RETURN(const v1::ReloadPolicyReply reply,
+                      client->ReloadPolicy());
+  out << "policy reloaded: " << reply.groups() << " group(s), sha256 "
+      << reply.policy_sha256() << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace fedgather::cli

@@ -1,0 +1,131 @@
+// AccessControl: every check a call passes before it touches a group. It
+// holds the server's current access policy and client-certificate verifier
+// (CA and CRL), reloads both together, and answers, for each entry point:
+// who is calling (Authenticate), may they do this (Authorize), and are they
+// within their limits (AcquireStream, AcquireGroup, CheckContribution).
+// Every refusal is reported to the event sink (and so audited) with the
+// caller's identity, address and reason before it is returned.
+//
+// Thread safety: thread-safe. The policy and verifier are an immutable
+// snapshot swapped under mu_ by Reload; each check reads one snapshot.
+#ifndef FEDGATHER_SERVER_ACCESS_CONTROL_H_
+#define FEDGATHER_SERVER_ACCESS_CONTROL_H_
+
+#include <grpcpp/security/auth_context.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/cert_verifier.h"
+#include "server/access_policy.h"
+#include "server/event_sink.h"
+#include "server/group_registry.h"
+#include "server/identity_usage.h"
+
+namespace fedgather::server {
+
+// Who is calling: the identity of a verified client certificate and the
+// peer's address (as gRPC writes it, e.g. "ipv4:127.0.0.1:40112").
+struct Caller {
+  std::string identity;
+  std::string peer;
+};
+
+// A caller admitted to open a stream: who, and the stream it holds of its
+// max_concurrent_streams (given back when the lease is destroyed).
+struct Admission {
+  Caller caller;
+  IdentityUsage::Lease stream;
+};
+
+struct AccessControlOptions {
+  std::string policy_path;    // the YAML policy; re-read by Reload
+  std::string client_ca_pem;  // CAs client certificates must chain to
+  std::string crl_path;       // PEM CRL file; empty for none; re-read too
+  GroupRegistry* registry = nullptr;  // gets each policy's groups
+  EventSink* events = nullptr;        // may be null
+  std::function<absl::Time()> clock = [] { return absl::Now(); };
+};
+
+class AccessControl {
+ public:
+  // Create loads the policy and CRL and applies the policy's groups to the
+  // registry. INVALID_ARGUMENT (or the file's error) naming the file.
+  static absl::StatusOr<std::unique_ptr<AccessControl>> Create(
+      AccessControlOptions options);
+
+  // Reload re-reads the policy and CRL files. When both load they replace
+  // the current ones at once and the registry gets the new groups (rounds
+  // in flight carry on); otherwise nothing changes and the error is
+  // returned. Either way a kPolicyReloaded event names `by` (the admin, or
+  // "SIGHUP"). Serialized: concurrent reloads run one at a time.
+  absl::Status Reload(const Caller& by);
+
+  // Authenticate verifies the client certificate of `auth` (which may be
+  // null) at the current time. UNAUTHENTICATED with the reason (no
+  // certificate, another CA, expired, not yet valid, revoked, not for client
+  // auth). `rpc` names the entry point for the event.
+  absl::StatusOr<Caller> Authenticate(const grpc::AuthContext* auth,
+                                      const std::string& peer,
+                                      absl::string_view rpc);
+
+  // Authorize checks `action` on `group` against the current policy:
+  // PERMISSION_DENIED (AccessPolicy::Authorize) otherwise.
+  absl::Status Authorize(const Caller& caller, absl::string_view group,
+                         Action action);
+
+  // AdmitStream authenticates the caller of a new stream and holds one of
+  // its concurrent streams: Authenticate's errors, or RESOURCE_EXHAUSTED
+  // past max_concurrent_streams.
+  absl::StatusOr<Admission> AdmitStream(const grpc::AuthContext* auth,
+                                        const std::string& peer,
+                                        absl::string_view rpc);
+
+  // AcquireGroup holds one of `caller`'s group memberships (a session that
+  // joined `group`); RESOURCE_EXHAUSTED past max_groups.
+  absl::StatusOr<IdentityUsage::Lease> AcquireGroup(const Caller& caller,
+                                                    absl::string_view group);
+
+  // CheckContribution checks a collective header's tensor count and payload
+  // bytes against `caller`'s limits; RESOURCE_EXHAUSTED naming the limit,
+  // the value and the round (`round`, e.g. "group 'demo' epoch 1 seq 3").
+  // The event carries `event` (group, epoch, seq, rank, op) as given.
+  absl::Status CheckContribution(const Caller& caller, int tensors,
+                                 int64_t bytes, absl::string_view round,
+                                 ServerEvent event);
+
+  // policy returns the current policy.
+  std::shared_ptr<const AccessPolicy> policy() const;
+
+  EventSink* events() const { return options_.events; }
+
+ private:
+  struct Snapshot {
+    std::shared_ptr<const AccessPolicy> policy;
+    std::shared_ptr<const ClientCertVerifier> verifier;
+  };
+  explicit AccessControl(AccessControlOptions options);
+  absl::StatusOr<Snapshot> LoadSnapshot() const;
+  Snapshot Current() const;
+  void Report(ServerEvent event);
+  absl::StatusOr<IdentityUsage::Lease> Acquire(const Caller& caller,
+                                               IdentityUsage::Resource resource,
+                                               absl::string_view action,
+                                               absl::string_view group);
+
+  const AccessControlOptions options_;
+  IdentityUsage usage_;
+  absl::Mutex reload_mu_;  // serializes Reload; taken before mu_
+  mutable absl::Mutex mu_;
+  Snapshot current_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fedgather::server
+
+#endif  // FEDGATHER_SERVER_ACCESS_CONTROL_H_

@@ -1,0 +1,420 @@
+#include "server/audit_log.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <utility>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/audit_chain.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+
+namespace fedgather::server {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+template <typename T>
+Json OrNull(const std::optional<T>& value) {
+  return value.has_value() ? Json(*value) : Json(nullptr);
+}
+
+// Dump renders one record on one line. Invalid UTF-8 (e.g. in a peer's
+// certificate name) is replaced rather than thrown.
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', /*ensure_ascii=*/false,
+                   Json::error_handler_t::replace);
+}
+
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string BaseNameOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string RotatedPath(const std::string& path, uint64_t index) {
+  return absl::StrFormat("%s.%06d", path, index);
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open directory ", dir));
+  absl::Status status;
+  if (::fsync(fd) != 0) {
+    status = ErrnoToStatus(errno, absl::StrCat("fsync directory ", dir));
+  }
+  ::close(fd);
+  return status;
+}
+
+// NewestRotation returns the highest N of the existing `<path>.N` files
+// (N all digits, at least 6 of them), or 0 when there are none.
+absl::StatusOr<uint64_t> NewestRotation(const std::string& path) {
+  const std::string dir = DirectoryOf(path);
+  const std::string prefix = BaseNameOf(path) + ".";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return ErrnoToStatus(errno, absl::StrCat("open ", dir));
+  uint64_t newest = 0;
+  while (const dirent* entry = ::readdir(d)) {
+    const absl::string_view name = entry->d_name;
+    if (!absl::StartsWith(name, prefix)) continue;
+    const absl::string_view suffix = name.substr(prefix.size());
+    if (suffix.size() < 6) continue;
+    bool digits = true;
+    for (char c : suffix) digits = digits && absl::ascii_isdigit(c);
+    uint64_t index = 0;
+    if (digits && absl::SimpleAtoi(suffix, &index) && index > newest) {
+      newest = index;
+    }
+  }
+  ::closedir(d);
+  return newest;
+}
+
+// ReadHead is ReadAuditChainHead with the operator's advice added to a
+// refusal. nullopt for a missing or empty file.
+absl::StatusOr<std::optional<AuditChainHead>> ReadHead(
+    const std::string& path) {
+  absl::StatusOr<std::optional<AuditChainHead>> head = ReadAuditChainHead(path);
+  if (absl::IsNotFound(head.status())) return std::nullopt;
+  if (absl::IsFailedPrecondition(head.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot continue the audit chain: ", head.status().message(),
+        "; run `fedgather audit verify` on ", path,
+        " (and the rotated files before it) and move it aside"));
+  }
+  return head;
+}
+
+}  // namespace
+
+AuditLog::AuditLog(AuditLogOptions options) : options_(std::move(options)) {}
+
+AuditLog::~AuditLog() { Close().IgnoreError(); }
+
+absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
+    AuditLogOptions options) {
+  if (options.path.empty()) {
+    return absl::InvalidArgumentError("the audit log needs a path");
+  }
+  if (options.anchor_every < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audit anchor_every must be >= 1, not ", options.anchor_every));
+  }
+  if (options.rotate_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "audit rotate_bytes must be >= 0, not ", options.rotate_bytes));
+  }
+  if (!options.clock) options.clock = absl::Now;
+  if (!options.signing_key_pem.empty()) {
+    absl::StatusOr<std::string> probe =
+        SignAnchor(options.signing_key_pem, 0, kAuditGenesisPrev);
+    if (!probe.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the audit signing key cannot sign: ", probe.status().message()));
+    }
+  }
+  std::unique_ptr<AuditLog> log(new AuditLog(std::move(options)));
+  const std::string& path = log->options_.path;
+
+  FG_ASSIGN_OR_RETURN(const uint64_t newest, NewestRotation(path));
+  log->next_rotation_ = newest + 1;
+  FG_ASSIGN_OR_RETURN(std::optional<AuditChainHead> head, ReadHead(path));
+  if (!head.has_value() && newest > 0) {
+    FG_ASSIGN_OR_RETURN(head, ReadHead(RotatedPath(path, newest)));
+  }
+  if (head.has_value()) {
+    log->next_seq_ = head->seq + 1;
+    log->prev_hash_ = head->hash;
+    log->last_is_anchor_ = head->is_anchor;
+  } else {
+    log->prev_hash_ = std::string(kAuditGenesisPrev);
+  }
+
+  log->fd_ =
+      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (log->fd_ < 0) {
+    return ErrnoToStatus(errno, absl::StrCat("open audit file ", path));
+  }
+  struct stat st;
+  if (::fchmod(log->fd_, 0600) != 0 || ::fstat(log->fd_, &st) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("chmod/stat audit file ", path));
+  }
+  log->file_size_ = st.st_size;
+  FG_RETURN_IF_ERROR(SyncDirectory(DirectoryOf(path)));
+  log->writer_ = std::thread([raw = log.get()] { raw->WriterLoop(); });
+  return log;
+}
+
+void AuditLog::Append(AuditRecord record) {
+  absl::MutexLock lock(&mu_);
+  ++appended_;
+  if (stopping_) {
+    ++processed_;
+    ++dropped_;
+    return;
+  }
+  queue_.push_back(std::move(record));
+}
+
+absl::Status AuditLog::Flush() {
+  absl::MutexLock lock(&mu_);
+  struct Target {
+    AuditLog* log;
+    uint64_t count;
+  } target{this, appended_};
+  mu_.Await(absl::Condition(
+      +[](Target* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return t->log->processed_ >= t->count;
+      },
+      &target));
+  return status_;
+}
+
+absl::Status AuditLog::Close() {
+  absl::MutexLock close_lock(&close_mu_);
+  if (closed_) return close_status_;
+  closed_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  if (writer_.joinable()) writer_.join();
+  // The writer has stopped: the file is ours.
+  if (fd_ >= 0) {
+    if (!failed_ && !options_.signing_key_pem.empty() && next_seq_ > 0 &&
+        !last_is_anchor_) {
+      const absl::Status anchored = WriteAnchor();
+      if (!anchored.ok()) Fail(anchored);
+    }
+    if (!failed_) {
+      const absl::Status synced = SyncFile();
+      if (!synced.ok()) Fail(synced);
+    }
+    if (::close(fd_) != 0 && !failed_) {
+      Fail(ErrnoToStatus(errno,
+                         absl::StrCat("close audit file ", options_.path)));
+    }
+    fd_ = -1;
+  }
+  close_status_ = status();
+  return close_status_;
+}
+
+absl::Status AuditLog::status() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+uint64_t AuditLog::records_written() const {
+  absl::MutexLock lock(&mu_);
+  return written_;
+}
+
+uint64_t AuditLog::anchors_written() const {
+  absl::MutexLock lock(&mu_);
+  return anchors_;
+}
+
+uint64_t AuditLog::records_dropped() const {
+  absl::MutexLock lock(&mu_);
+  return dropped_;
+}
+
+void AuditLog::Fail(absl::Status status) {
+  failed_ = true;
+  absl::MutexLock lock(&mu_);
+  if (status_.ok()) status_ = std::move(status);
+}
+
+void AuditLog::WriterLoop() {
+  while (true) {
+    std::vector<AuditRecord> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](AuditLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return !log->queue_.empty() || log->stopping_;
+          },
+          this));
+      if (queue_.empty()) return;  // stopping, and everything is written
+      batch.swap(queue_);
+    }
+    uint64_t dropped = 0;
+    for (const AuditRecord& record : batch) {
+      if (failed_) {
+        ++dropped;
+        continue;
+      }
+      const absl::Status written = WriteRecord(record);
+      if (!written.ok()) {
+        Fail(written);
+        ++dropped;
+      }
+    }
+    if (!failed_ && options_.fsync == AuditFsync::kGroupCommit) {
+      const absl::Status synced = SyncFile();
+      if (!synced.ok()) Fail(synced);
+    }
+    absl::MutexLock lock(&mu_);
+    processed_ += batch.size();
+    dropped_ += dropped;
+  }
+}
+
+absl::Status AuditLog::WriteRecord(const AuditRecord& record) {
+  Json digests(nullptr);
+  if (!record.digests.empty()) {
+    digests = Json::array();
+    for (const AuditDigest& d : record.digests) {
+      Json entry;
+      entry["rank"] = d.rank;
+      entry["identity"] = d.identity;
+      entry["sha256"] = d.sha256_hex;
+      entry["bytes"] = d.bytes;
+      digests.push_back(std::move(entry));
+    }
+  }
+  Json details(nullptr);
+  if (!record.details.empty()) {
+    details = Json::object();
+    for (const auto& [key, value] : record.details) details[key] = value;
+  }
+  Json json;
+  json["seq"] = next_seq_;
+  json["time"] = FormatAuditTime(options_.clock());
+  json["identity"] = OrNull(record.identity);
+  json["peer"] = OrNull(record.peer);
+  // "anchor" is the log's own action; a caller's record never poses as one.
+  json["action"] = record.action == kAuditAnchorAction
+                       ? absl::StrCat("reserved:", record.action)
+                       : record.action;
+  json["group"] = OrNull(record.group);
+  json["epoch"] = OrNull(record.epoch);
+  json["collective_seq"] = OrNull(record.collective_seq);
+  json["rank"] = OrNull(record.rank);
+  json["op"] = OrNull(record.op);
+  json["bytes"] = OrNull(record.bytes);
+  json["sha256"] = OrNull(record.sha256_hex);
+  json["digests"] = std::move(digests);
+  json["outcome"] = record.outcome;
+  json["reason"] = OrNull(record.reason);
+  json["details"] = std::move(details);
+  json["prev"] = prev_hash_;
+  FG_RETURN_IF_ERROR(WriteLine(Dump(json), /*is_anchor=*/false));
+
+  const bool signing = !options_.signing_key_pem.empty();
+  if (signing && since_anchor_ >= options_.anchor_every) {
+    FG_RETURN_IF_ERROR(WriteAnchor());
+  }
+  if (options_.rotate_bytes > 0 && file_size_ >= options_.rotate_bytes) {
+    // Each closed file ends signed.
+    if (signing && !last_is_anchor_) FG_RETURN_IF_ERROR(WriteAnchor());
+    FG_RETURN_IF_ERROR(Rotate());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuditLog::WriteAnchor() {
+  if (next_seq_ == 0) return absl::OkStatus();  // nothing to sign
+  FG_ASSIGN_OR_RETURN(std::string sig, SignAnchor(options_.signing_key_pem,
+                                                  next_seq_, prev_hash_));
+  Json json;
+  json["seq"] = next_seq_;
+  json["time"] = FormatAuditTime(options_.clock());
+  json["identity"] = nullptr;
+  json["peer"] = nullptr;
+  json["action"] = kAuditAnchorAction;
+  json["group"] = nullptr;
+  json["epoch"] = nullptr;
+  json["collective_seq"] = nullptr;
+  json["rank"] = nullptr;
+  json["op"] = nullptr;
+  json["bytes"] = nullptr;
+  json["sha256"] = nullptr;
+  json["digests"] = nullptr;
+  json["outcome"] = "OK";
+  json["reason"] = nullptr;
+  json["details"] = Json{{"head_seq", next_seq_ - 1}};
+  json["sig"] = std::move(sig);
+  json["prev"] = prev_hash_;
+  return WriteLine(Dump(json), /*is_anchor=*/true);
+}
+
+absl::Status AuditLog::WriteLine(std::string line, bool is_anchor) {
+  std::string hash = AuditLineHash(line);
+  line.push_back('\n');
+  size_t done = 0;
+  while (done < line.size()) {
+    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return ErrnoToStatus(errno,
+                           absl::StrCat("write audit file ", options_.path));
+    }
+    done += static_cast<size_t>(n);
+    file_size_ += n;
+  }
+  prev_hash_ = std::move(hash);
+  ++next_seq_;
+  last_is_anchor_ = is_anchor;
+  since_anchor_ = is_anchor ? 0 : since_anchor_ + 1;
+  if (options_.fsync == AuditFsync::kEveryRecord)
+    FG_RETURN_IF_ERROR(SyncFile());
+  absl::MutexLock lock(&mu_);
+  ++(is_anchor ? anchors_ : written_);
+  return absl::OkStatus();
+}
+
+absl::Status AuditLog::SyncFile() {
+  if (::fsync(fd_) != 0) {
+    return ErrnoToStatus(errno,
+                         absl::StrCat("fsync audit file ", options_.path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuditLog::Rotate() {
+  const std::string& path = options_.path;
+  FG_RETURN_IF_ERROR(SyncFile());
+  const int old_fd = fd_;
+  fd_ = -1;
+  if (::close(old_fd) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("close audit file ", path));
+  }
+  std::string target = RotatedPath(path, next_rotation_);
+  struct stat st;
+  while (::lstat(target.c_str(), &st) == 0) {
+    target = RotatedPath(path, ++next_rotation_);
+  }
+  if (::rename(path.c_str(), target.c_str()) != 0) {
+    return ErrnoToStatus(
+        errno, absl::StrCat("rename audit file ", path, " to ", target));
+  }
+  ++next_rotation_;
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
+               0600);
+  if (fd_ < 0) {
+    return ErrnoToStatus(errno, absl::StrCat("create audit file ", path));
+  }
+  file_size_ = 0;
+  return SyncDirectory(DirectoryOf(path));
+}
+
+}  // namespace fedgather::server

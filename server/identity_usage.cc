@@ -1,0 +1,66 @@
+#include "server/identity_usage.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace fedgather::server {
+
+const char* LimitName(IdentityUsage::Resource resource) {
+  return resource == IdentityUsage::Resource::kStreams
+             ? "max_concurrent_streams"
+             : "max_groups";
+}
+
+IdentityUsage::Lease::Lease(Lease&& other) noexcept
+    : usage_(std::exchange(other.usage_, nullptr)),
+      identity_(std::move(other.identity_)),
+      resource_(other.resource_) {}
+
+IdentityUsage::Lease& IdentityUsage::Lease::operator=(Lease&& other) noexcept {
+  if (this != &other) {
+    Release();
+    usage_ = std::exchange(other.usage_, nullptr);
+    identity_ = std::move(other.identity_);
+    resource_ = other.resource_;
+  }
+  return *this;
+}
+
+void IdentityUsage::Lease::Release() {
+  if (usage_ == nullptr) return;
+  std::exchange(usage_, nullptr)->Give(identity_, resource_);
+}
+
+absl::StatusOr<IdentityUsage::Lease> IdentityUsage::Acquire(
+    const std::string& identity, Resource resource, int limit) {
+  absl::MutexLock lock(&mu_);
+  int& held = counts_[identity].of(resource);
+  if (held >= limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "identity '", identity, "' already holds ", held,
+        resource == Resource::kStreams ? " open streams" : " group memberships",
+        ", the limit its policy sets (", LimitName(resource), ": ", limit,
+        ")"));
+  }
+  ++held;
+  return Lease(this, identity, resource);
+}
+
+int IdentityUsage::InUse(const std::string& identity, Resource resource) const {
+  absl::MutexLock lock(&mu_);
+  auto it = counts_.find(identity);
+  if (it == counts_.end()) return 0;
+  Counts counts = it->second;
+  return counts.of(resource);
+}
+
+void IdentityUsage::Give(const std::string& identity, Resource resource) {
+  absl::MutexLock lock(&mu_);
+  auto it = counts_.find(identity);
+  if (it == counts_.end()) return;
+  --it->second.of(resource);
+  if (it->second.streams == 0 && it->second.groups == 0) counts_.erase(it);
+}
+
+}  // namespace fedgather::server

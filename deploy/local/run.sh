@@ -2,8 +2,12 @@
 # The local federated simulation, on one machine, no docker: provisions a CA
 # and certificates, starts fedgather-server on 127.0.0.1 (a free port), and
 # runs N participants (default 4) as concurrent `fedgather join` processes
-# over mutual TLS. Every participant's output is then checked byte for byte
-# against every participant's input (deploy/local/check_outputs.py).
+# over mutual TLS, under the access policy `fedgather provision` writes and
+# with a signed audit log. An observer reads the status, an admin reloads the
+# policy (the observer is refused), SIGHUP reloads it again; after the server
+# stops, `fedgather audit verify` checks the audit chain. Every participant's
+# output is then checked byte for byte against every participant's input
+# (deploy/local/check_outputs.py).
 #
 #   deploy/local/run.sh [--no-build] [--build-dir DIR] [--participants N]
 #                       [--mib M] [--keep]
@@ -113,13 +117,16 @@ for i in $(seq 1 "$PARTICIPANTS"); do NAMES+=("site-$i"); done
 LIST="$(IFS=,; echo "${NAMES[*]}")"
 
 echo "== provisioning a CA, a server certificate and $PARTICIPANTS participant certificates"
-"$CLI" provision --out "$WORK/pki" --server-names localhost,127.0.0.1 --participants "$LIST" --group demo
+"$CLI" provision --out "$WORK/pki" --server-names localhost,127.0.0.1 --participants "$LIST" --group demo \
+  --observers dashboard --admins ops
 echo "   participants: $LIST (identities spiffe://fedgather/site-N), group demo"
+echo "   observer: dashboard, admin: ops; access policy: $WORK/pki/policy.yaml"
 
 echo "== starting fedgather-server on 127.0.0.1 (free port)"
 "$SERVER" --listen 127.0.0.1:0 --port-file "$WORK/port" \
   --cert "$WORK/pki/server/cert.pem" --key "$WORK/pki/server/key.pem" \
-  --client-ca "$WORK/pki/ca.pem" --groups "$WORK/pki/groups.yaml" \
+  --client-ca "$WORK/pki/ca.pem" --policy "$WORK/pki/policy.yaml" \
+  --audit-log "$WORK/audit.jsonl" \
   --round-timeout "$JOIN_TIMEOUT" >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 PORT=""
@@ -169,6 +176,36 @@ JOIN_PIDS=()
 elapsed_ms=$(( $(date +%s%N) / 1000000 - start_ms ))
 printf '   all joins finished in %d.%03d s\n' $((elapsed_ms / 1000)) $((elapsed_ms % 1000))
 
+echo "== admin checks: status as the observer, a policy reload by the admin and by SIGHUP"
+ADMIN_FAILED=0
+if "$CLI" status --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/dashboard" --group demo \
+    >"$WORK/status.txt" 2>&1 && grep -q "your role: observer" "$WORK/status.txt"; then
+  sed 's/^/   /' "$WORK/status.txt"
+else
+  echo "FAIL: fedgather status as the observer:"; sed 's/^/   /' "$WORK/status.txt"
+  ADMIN_FAILED=1
+fi
+if ! "$CLI" policy reload --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/ops" | sed 's/^/   /'; then
+  echo "FAIL: fedgather policy reload as the admin"; ADMIN_FAILED=1
+fi
+if "$CLI" policy reload --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/dashboard" \
+    >"$WORK/denied.txt" 2>&1 || ! grep -q PERMISSION_DENIED "$WORK/denied.txt"; then
+  echo "FAIL: the observer was not refused a policy reload:"; cat "$WORK/denied.txt"
+  ADMIN_FAILED=1
+else
+  echo "   the observer's reload was refused: $(cat "$WORK/denied.txt")"
+fi
+kill -HUP "$SERVER_PID"
+for _ in $(seq 1 100); do  # at most ~10 s
+  grep -q "SIGHUP: policy reloaded" "$WORK/server.log" && break
+  sleep 0.1
+done
+if grep -q "SIGHUP: policy reloaded" "$WORK/server.log"; then
+  echo "   SIGHUP: policy reloaded"
+else
+  echo "FAIL: no policy reload after SIGHUP"; ADMIN_FAILED=1
+fi
+
 echo "== stopping fedgather-server (SIGTERM)"
 SERVER_RC=0
 kill -TERM "$SERVER_PID" 2>/dev/null || true
@@ -183,6 +220,11 @@ fi
 wait "$SERVER_PID" || SERVER_RC=$?
 SERVER_PID=""
 echo "   fedgather-server exited with status $SERVER_RC"
+
+echo "== verifying the audit log's hash chain and signatures"
+AUDIT_RC=0
+"$CLI" audit verify --cert "$WORK/pki/server/cert.pem" "$WORK/audit.jsonl" >"$WORK/audit.txt" 2>&1 || AUDIT_RC=$?
+sed 's/^/   /' "$WORK/audit.txt"
 
 echo "== checking every output byte for byte"
 CHECK_RC=0
@@ -218,6 +260,11 @@ if grep -q '^FAIL:' "$WORK/check.txt"; then
   FAILED=$((FAILED + 1))
 fi
 [ "$CHECK_RC" = 0 ] || [ "$FAILED" -gt 0 ] || FAILED=1
+if [ "$AUDIT_RC" != 0 ]; then
+  echo "FAIL: fedgather audit verify exited $AUDIT_RC"
+  FAILED=$((FAILED + 1))
+fi
+FAILED=$((FAILED + ADMIN_FAILED))
 if [ "$SERVER_RC" != 0 ]; then
   echo "FAIL: fedgather-server exited $SERVER_RC on SIGTERM (want 0)"
   FAILED=$((FAILED + 1))
@@ -225,7 +272,7 @@ fi
 
 echo
 if [ "$FAILED" = 0 ]; then
-  echo "PASS: $PARTICIPANTS participants gathered every contribution over mutual TLS"
+  echo "PASS: $PARTICIPANTS participants gathered every contribution over mutual TLS; the audit chain verifies"
   exit 0
 fi
 if [ "$KEEP" = 1 ]; then

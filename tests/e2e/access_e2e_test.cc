@@ -428,13 +428,22 @@ bool WaitForJoin(TestCluster& cluster, const std::string& identity,
       absl::Seconds(30));
 }
 
-TEST(LimitTest, StreamLimitHitsOnlyItsIdentity) {
+// SiteOneLimited is an audited 2-site cluster where site-1 has `limit` (a
+// policy limit mapping) and group g2 of `g2_world` exists.
+std::unique_ptr<TestCluster> SiteOneLimited(const std::string& limit,
+                                            int g2_world) {
   ClusterOptions options = Audited(2);
   options.policy_extra =
-      "identity_limits:\n"
-      "  spiffe://fedgather/site-1: {max_concurrent_streams: 2}\n";
-  TestCluster cluster(options);
-  WithSecondGroup(cluster, 2);
+      "identity_limits:\n  spiffe://fedgather/site-1: " + limit + "\n";
+  auto cluster = std::make_unique<TestCluster>(options);
+  WithSecondGroup(*cluster, g2_world);
+  return cluster;
+}
+
+TEST(LimitTest, StreamLimitHitsOnlyItsIdentity) {
+  std::unique_ptr<TestCluster> owned =
+      SiteOneLimited("{max_concurrent_streams: 2}", 2);
+  TestCluster& cluster = *owned;
   // site-1 holds two session streams: it waits in demo and in g2.
   auto site1a = cluster.Connect("site-1");
   auto site1b = cluster.Connect("site-1");
@@ -472,12 +481,8 @@ TEST(LimitTest, StreamLimitHitsOnlyItsIdentity) {
 }
 
 TEST(LimitTest, GroupLimitHitsOnlyItsIdentity) {
-  ClusterOptions options = Audited(2);
-  options.policy_extra =
-      "identity_limits:\n"
-      "  spiffe://fedgather/site-1: {max_groups: 1}\n";
-  TestCluster cluster(options);
-  WithSecondGroup(cluster, 1);
+  std::unique_ptr<TestCluster> owned = SiteOneLimited("{max_groups: 1}", 1);
+  TestCluster& cluster = *owned;
   auto site1 = cluster.Connect("site-1");
   auto site2 = cluster.Connect("site-2");
   // site-2 joins g2 (world size 1, so it forms at once).

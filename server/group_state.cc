@@ -372,10 +372,12 @@ void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
   config_ = std::move(config);
   if (formed_ && closing_.ok()) {
     std::vector<std::string> removed;
-    for (const Member& m : members_) {
+    std::vector<int> removed_ranks;
+    for (size_t r = 0; r < members_.size(); ++r) {
       if (std::find(config_.members.begin(), config_.members.end(),
-                    m.identity) == config_.members.end()) {
-        removed.push_back(m.identity);
+                    members_[r].identity) == config_.members.end()) {
+        removed.push_back(members_[r].identity);
+        removed_ranks.push_back(static_cast<int>(r));
       }
     }
     if (!removed.empty()) {
@@ -388,6 +390,17 @@ void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
                        " was closed by a policy reload that changed the world "
                        "size from ",
                        old_world, " to ", config_.world_size, "; join again"));
+    }
+    // A round in flight still waiting for a removed member's header can
+    // never complete (the member is refused now): fail it at once.
+    for (auto& [seq, round] : rounds_) {
+      const std::vector<int> started = round->GetProgress().started;
+      for (int r : removed_ranks) {
+        if (std::find(started.begin(), started.end(), r) == started.end()) {
+          round->Fail(closing_, callbacks);
+          break;
+        }
+      }
     }
     if (!closing_.ok() && rounds_.empty()) {
       EndEpochLocked(closing_, nullptr, callbacks);

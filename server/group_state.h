@@ -108,7 +108,8 @@ class GroupState {
   // refused with PERMISSION_DENIED; when the world size changed, every
   // waiting member is refused with ABORTED (join again with the new size).
   // A formed epoch whose members all stay, at the same world size, carries
-  // on. Otherwise the epoch closes: its rounds in flight complete, a new
+  // on. Otherwise the epoch closes: its rounds in flight complete (except
+  // those still waiting for a removed member, which fail at once), a new
   // round is refused with ABORTED naming why, and once no round is in flight
   // the epoch ends with that status, so the members join again under the
   // new policy.

@@ -507,3 +507,143 @@ TEST_F(GroupStateTest, RoundDeadlineViaCheckTimers) {
 
 }  // namespace
 }  // namespace fedgather::server
+
+namespace fedgather::server {
+namespace {
+
+GroupConfig DemoConfig(int world, std::vector<std::string> members) {
+  GroupConfig config;
+  config.name = "demo";
+  config.world_size = world;
+  config.members = std::move(members);
+  return config;
+}
+
+TEST_F(GroupStateTest, ReconfigureRefusesWaitingMembersNoLongerListed) {
+  MakeGroup();
+  ASSERT_TRUE(Join("site-a").ok());
+  ASSERT_TRUE(Join("site-b").ok());
+  {
+    PendingCallbacks callbacks;
+    group_->Reconfigure(DemoConfig(3, {"site-b", "site-c", "site-d"}),
+                        &callbacks);
+    callbacks.Run();
+  }
+  ASSERT_EQ(Session("site-a")->closes.size(), 1u);
+  EXPECT_EQ(Session("site-a")->closes[0], NotAMemberError("site-a", "demo"));
+  EXPECT_THAT(Session("site-b")->closes, IsEmpty());
+  ASSERT_EQ(events_.OfKind(EventKind::kJoinRefused).size(), 1u);
+  EXPECT_EQ(events_.OfKind(EventKind::kJoinRefused)[0].identity, "site-a");
+  // The new members complete the group with site-b.
+  ASSERT_TRUE(Join("site-c").ok());
+  ASSERT_TRUE(Join("site-d").ok());
+  EXPECT_EQ(Session("site-d")->joined.size(), 1u);
+  EXPECT_EQ(Session("site-d")->joined[0].members(1).identity(), "site-c");
+}
+
+TEST_F(GroupStateTest, ReconfigureWithNewWorldSizeAbortsEveryWaitingMember) {
+  MakeGroup();
+  ASSERT_TRUE(Join("site-a").ok());
+  {
+    PendingCallbacks callbacks;
+    group_->Reconfigure(DemoConfig(2, {"site-a", "site-b", "site-c"}),
+                        &callbacks);
+    callbacks.Run();
+  }
+  ASSERT_EQ(Session("site-a")->closes.size(), 1u);
+  EXPECT_EQ(Session("site-a")->closes[0].code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(Session("site-a")->closes[0].message()),
+              HasSubstr("changed the world size of group 'demo' from 3 to 2"));
+  EXPECT_EQ(Join("site-a", kT0, std::nullopt, 3).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(GroupStateTest, ReconfigureKeepingTheMembersLeavesTheEpochAlone) {
+  MakeGroup();
+  Form();
+  absl::StatusOr<std::shared_ptr<Round>> round = Find("site-a", 0, 0);
+  ASSERT_TRUE(round.ok());
+  {
+    PendingCallbacks callbacks;
+    group_->Reconfigure(DemoConfig(3, {"site-a", "site-b", "site-c", "x"}),
+                        &callbacks);
+    callbacks.Run();
+  }
+  for (const char* id : {"site-a", "site-b", "site-c"}) {
+    EXPECT_THAT(Session(id)->closes, IsEmpty()) << id;
+  }
+  absl::StatusOr<std::shared_ptr<Round>> same = Find("site-b", 1, 0);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->get(), round->get());
+  EXPECT_TRUE(Find("site-a", 0, 1).ok());
+}
+
+TEST_F(GroupStateTest, ReconfigureRemovingAMemberClosesTheEpoch) {
+  MakeGroup();
+  Form();
+  // Seq 0 is in flight and still waits for site-c, which the reload removes:
+  // it fails at once, and with no round left the epoch ends.
+  absl::StatusOr<std::shared_ptr<Round>> round = Find("site-a", 0, 0);
+  ASSERT_TRUE(round.ok());
+  {
+    PendingCallbacks callbacks;
+    group_->Reconfigure(DemoConfig(3, {"site-a", "site-b", "site-d"}),
+                        &callbacks);
+    callbacks.Run();
+  }
+  const absl::Status closed = absl::AbortedError(
+      "group 'demo' epoch 1 was closed by a policy reload that removed "
+      "site-c; join again");
+  EXPECT_EQ(RoundFailure(**round, 0), closed);
+  for (const char* id : {"site-a", "site-b", "site-c"}) {
+    EXPECT_THAT(Session(id)->closes, ElementsAre(closed)) << id;
+  }
+  EXPECT_EQ(Find("site-b", 1, 0).status(), closed);
+  ASSERT_EQ(events_.OfKind(EventKind::kGroupDissolved).size(), 1u);
+  EXPECT_EQ(events_.OfKind(EventKind::kGroupDissolved)[0].status, closed);
+}
+
+TEST_F(GroupStateTest, AbortRoundsFailsRoundsInFlightAndKeepsTheEpoch) {
+  MakeGroup();
+  Form();
+  absl::StatusOr<std::shared_ptr<Round>> round = Find("site-a", 0, 0);
+  ASSERT_TRUE(round.ok());
+  std::vector<uint64_t> aborted;
+  {
+    PendingCallbacks callbacks;
+    aborted = group_->AbortRounds("ops", "bad data", &callbacks);
+    callbacks.Run();
+  }
+  EXPECT_THAT(aborted, ElementsAre(0u));
+  const absl::Status expected = absl::AbortedError(
+      "group 'demo' epoch 1 seq 0 was aborted by admin 'ops': bad data");
+  EXPECT_EQ(RoundFailure(**round, 0), expected);
+  // Late ranks get the same answer; the next seq runs.
+  EXPECT_EQ(Find("site-b", 1, 0).status(), expected);
+  EXPECT_TRUE(Find("site-a", 0, 1).ok());
+  for (const char* id : {"site-a", "site-b", "site-c"}) {
+    EXPECT_THAT(Session(id)->closes, IsEmpty()) << id;
+  }
+}
+
+TEST_F(GroupStateTest, SnapshotReportsMembersWaitingAndRounds) {
+  MakeGroup();
+  ASSERT_TRUE(Join("site-b").ok());
+  GroupState::Snapshot waiting = group_->GetSnapshot();
+  EXPECT_FALSE(waiting.formed);
+  EXPECT_THAT(waiting.waiting, ElementsAre("site-b"));
+  ASSERT_TRUE(Join("site-c").ok());
+  ASSERT_TRUE(Join("site-a").ok());
+  ASSERT_TRUE(Find("site-a", 0, 0).ok());
+  GroupState::Snapshot formed = group_->GetSnapshot();
+  EXPECT_TRUE(formed.formed);
+  EXPECT_EQ(formed.epoch, 1u);
+  EXPECT_THAT(formed.members, ElementsAre("site-a", "site-b", "site-c"));
+  EXPECT_THAT(formed.waiting, IsEmpty());
+  ASSERT_EQ(formed.rounds.size(), 1u);
+  EXPECT_EQ(formed.rounds[0].seq, 0u);
+  EXPECT_THAT(formed.rounds[0].started, IsEmpty());
+}
+
+}  // namespace
+}  // namespace fedgather::server

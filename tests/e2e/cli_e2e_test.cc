@@ -1,6 +1,6 @@
-// The `fedgather join` CLI as real processes against a real server over
-// mutual TLS: a 4-participant all_gather checked byte for byte, and a
-// participant killed with SIGKILL mid-upload.
+// The `fedgather` CLI as real processes against a real server over mutual
+// TLS: a 4-participant all_gather checked byte for byte, a participant killed
+// with SIGKILL mid-upload, and the admin commands.
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -27,27 +27,21 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Starts `fedgather join` for `site`; returns its pid. With `stderr_path`
-// set, the process's stderr goes to that file.
-pid_t StartJoin(const TestCluster& cluster, int site, int world,
-                const std::string& input, const std::string& output,
-                const std::string& stderr_path = "") {
-  std::vector<std::string> args = {
-      FEDGATHER_CLI_PATH, "join",
-      "--server",         cluster.address(),
-      "--tls-dir",        cluster.dir() + "/" + TestCluster::Site(site),
-      "--group",          "demo",
-      "--world-size",     std::to_string(world),
-      "--input",          input,
-      "--output",         output,
-      "--timeout",        "60"};
+// Starts the `fedgather` CLI with `args`; returns its pid. Non-empty paths
+// receive the process's stdout and stderr.
+pid_t StartCli(std::vector<std::string> args,
+               const std::string& stdout_path = "",
+               const std::string& stderr_path = "") {
+  args.insert(args.begin(), FEDGATHER_CLI_PATH);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  if (!stderr_path.empty()) {
-    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
+  for (const auto& [fd, path] :
+       {std::make_pair(1, &stdout_path), std::make_pair(2, &stderr_path)}) {
+    if (path->empty()) continue;
+    posix_spawn_file_actions_addopen(&actions, fd, path->c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
   }
   pid_t pid = 0;
@@ -57,10 +51,37 @@ pid_t StartJoin(const TestCluster& cluster, int site, int world,
   return pid;
 }
 
+// Starts `fedgather join` for `site`; returns its pid. With `stderr_path`
+// set, the process's stderr goes to that file.
+pid_t StartJoin(const TestCluster& cluster, int site, int world,
+                const std::string& input, const std::string& output,
+                const std::string& stderr_path = "") {
+  return StartCli({"join", "--server", cluster.address(), "--tls-dir",
+                   cluster.dir() + "/" + TestCluster::Site(site), "--group",
+                   "demo", "--world-size", std::to_string(world), "--input",
+                   input, "--output", output, "--timeout", "60"},
+                  "", stderr_path);
+}
+
 int WaitExit(pid_t pid) {
   int status = 0;
   EXPECT_EQ(waitpid(pid, &status, 0), pid);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+struct CliResult {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+// RunCli runs the CLI with `args` to completion.
+CliResult RunCli(const TestCluster& cluster, std::vector<std::string> args) {
+  const std::string out = cluster.dir() + "/cli.out";
+  const std::string err = cluster.dir() + "/cli.err";
+  const int code = WaitExit(StartCli(std::move(args), out, err));
+  return {code, ReadFileToString(out).value_or(""),
+          ReadFileToString(err).value_or("")};
 }
 
 std::string WriteInput(const TestCluster& cluster, int site,
@@ -77,6 +98,54 @@ std::string WriteInput(const TestCluster& cluster, int site,
       absl::StrCat(cluster.dir(), "/in-", site, ".safetensors");
   EXPECT_TRUE(WriteSafetensorsFile(path, views, {}).ok());
   return path;
+}
+
+TEST(CliTest, AdminCommandsStatusRevokeReloadAndAbort) {
+  ClusterOptions options(2);
+  options.observers = {"dashboard"};
+  options.admins = {"ops"};
+  options.crl = true;
+  TestCluster cluster(options);
+  auto as = [&](const std::string& name) {
+    return std::vector<std::string>{"--server", cluster.address(), "--tls-dir",
+                                    cluster.dir() + "/" + name};
+  };
+  auto with = [](std::vector<std::string> head,
+                 const std::vector<std::string>& tail) {
+    head.insert(head.begin(), tail.begin(), tail.end());
+    return head;
+  };
+  // The observer reads the status as JSON.
+  CliResult status =
+      RunCli(cluster, with(as("dashboard"), {"status", "--json"}));
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  EXPECT_THAT(status.out, HasSubstr("\"role\": \"observer\""));
+  EXPECT_THAT(status.out, HasSubstr("\"name\": \"demo\""));
+  // It may not abort a round; the admin may (there is none in flight).
+  CliResult denied = RunCli(
+      cluster, with(as("dashboard"), {"round", "abort", "--group", "demo"}));
+  EXPECT_EQ(denied.exit_code, 1);
+  EXPECT_THAT(denied.err, HasSubstr("PERMISSION_DENIED"));
+  CliResult aborted = RunCli(
+      cluster, with(as("ops"),
+                    {"round", "abort", "--group", "demo", "--reason", "test"}));
+  EXPECT_EQ(aborted.exit_code, 0) << aborted.err;
+  EXPECT_THAT(aborted.out, HasSubstr("aborted 0 round(s) of group demo"));
+  // Revoke site-2, reload as the admin: site-2 is refused, site-1 is not.
+  CliResult revoked = RunCli(cluster, {"revoke", "--ca-dir", cluster.dir(),
+                                       "--crl", cluster.dir() + "/crl.pem",
+                                       cluster.dir() + "/site-2/cert.pem"});
+  EXPECT_EQ(revoked.exit_code, 0) << revoked.err;
+  CliResult reload = RunCli(cluster, with(as("ops"), {"policy", "reload"}));
+  EXPECT_EQ(reload.exit_code, 0) << reload.err;
+  EXPECT_THAT(reload.out, HasSubstr("policy reloaded: 1 group(s)"));
+  CliResult refused = RunCli(cluster, with(as("site-2"), {"status"}));
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err, HasSubstr("UNAUTHENTICATED"));
+  EXPECT_THAT(refused.err, HasSubstr("was revoked"));
+  CliResult allowed = RunCli(cluster, with(as("site-1"), {"status"}));
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
+  EXPECT_THAT(allowed.out, HasSubstr("group demo (your role: participant)"));
 }
 
 TEST(CliTest, FourParticipantsGatherTheirFiles) {

@@ -29,7 +29,7 @@ std::string ActionOf(const ServerEvent& event) {
     case EventKind::kCollectiveRefused:
       return "contribute";
     case EventKind::kContributionStarted:
-      return "contribution_start";
+      return "contribution_start";  // not written; see OnEvent
     case EventKind::kContributionComplete:
       return "contribution";
     case EventKind::kRoundCompleted:
@@ -72,7 +72,11 @@ AuditRecord AuditRecordFromEvent(const ServerEvent& event) {
 }
 
 void AuditEventSink::OnEvent(const ServerEvent& event) {
-  log_->Append(AuditRecordFromEvent(event));
+  // A contribution is audited when it completes (with its digest) or when
+  // its round fails (naming who had not finished); its start adds nothing.
+  if (event.kind != EventKind::kContributionStarted) {
+    log_->Append(AuditRecordFromEvent(event));
+  }
   if (next_ != nullptr) next_->OnEvent(event);
 }
 

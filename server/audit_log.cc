@@ -170,6 +170,7 @@ void AuditLog::Append(AuditRecord record) {
     ++dropped_;
     return;
   }
+  record.time = options_.clock();
   queue_.push_back(std::move(record));
 }
 
@@ -298,7 +299,7 @@ absl::Status AuditLog::WriteRecord(const AuditRecord& record) {
   }
   Json json;
   json["seq"] = next_seq_;
-  json["time"] = FormatAuditTime(options_.clock());
+  json["time"] = FormatAuditTime(record.time);
   json["identity"] = OrNull(record.identity);
   json["peer"] = OrNull(record.peer);
   // "anchor" is the log's own action; a caller's record never poses as one.

@@ -55,6 +55,8 @@ struct AuditRecord {
       "OK";  // absl status code name, e.g. "PERMISSION_DENIED"
   // Extra key/values (string values), written in this order; null when empty.
   std::vector<std::pair<std::string, std::string>> details;
+  // When it happened; Append stamps it, so record times follow seq order.
+  absl::Time time;
 };
 
 enum class AuditFsync {
@@ -73,7 +75,8 @@ struct AuditLogOptions {
   std::string signing_key_pem;
   // Non-anchor records between anchors when signing (>= 1).
   int anchor_every = 1000;
-  // The time stamped on records; called on the writer thread.
+  // The time stamped on records (called by Append, on the caller's thread)
+  // and on anchors (called on the writer thread). Must be thread-safe.
   std::function<absl::Time()> clock = absl::Now;
 };
 

@@ -121,6 +121,10 @@ void FedgatherServer::Wait() {
   if (server_ != nullptr) server_->Wait();
 }
 
-FedgatherServer::~FedgatherServer() { Shutdown(); }
+FedgatherServer::~FedgatherServer() {
+  // Shutdown's status is the audit log's; a caller that needs it calls
+  // Shutdown itself first.
+  Shutdown().IgnoreError();
+}
 
 }  // namespace fedgather::server

@@ -61,10 +61,7 @@ AuditRecord AuditRecordFromEvent(const ServerEvent& event) {
     record.bytes = event.bytes;
   }
   if (!event.sha256_hex.empty()) record.sha256_hex = event.sha256_hex;
-  for (const ContributionDigest& c : event.contributions) {
-    record.digests.push_back(
-        AuditDigest{c.rank, c.identity, c.sha256_hex, c.bytes});
-  }
+  record.digests = event.contributions;
   record.outcome = absl::StatusCodeToString(event.status.code());
   if (!event.status.ok()) record.reason = std::string(event.status.message());
   record.details = event.details;

@@ -283,7 +283,7 @@ absl::Status AuditLog::WriteRecord(const AuditRecord& record) {
   Json digests(nullptr);
   if (!record.digests.empty()) {
     digests = Json::array();
-    for (const AuditDigest& d : record.digests) {
+    for (const ContributionDigest& d : record.digests) {
       Json entry;
       entry["rank"] = d.rank;
       entry["identity"] = d.identity;

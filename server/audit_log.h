@@ -29,16 +29,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/contribution_digest.h"
 
 namespace fedgather::server {
-
-// One contribution digest inside a record (e.g. the digests a commit names).
-struct AuditDigest {
-  int rank = -1;
-  std::string identity;
-  std::string sha256_hex;
-  int64_t bytes = 0;
-};
 
 // One audit record before the log numbers, times and chains it. Unset
 // optionals are written as null.
@@ -50,7 +43,7 @@ struct AuditRecord {
   std::optional<uint64_t> epoch, collective_seq;
   std::optional<int> rank;
   std::optional<int64_t> bytes;
-  std::vector<AuditDigest> digests;  // written as null when empty
+  std::vector<ContributionDigest> digests;  // written as null when empty
   std::string outcome =
       "OK";  // absl status code name, e.g. "PERMISSION_DENIED"
   // Extra key/values (string values), written in this order; null when empty.

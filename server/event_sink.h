@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "fedgather/v1/fedgather.pb.h"
+#include "server/contribution_digest.h"
 #include "server/pending_callbacks.h"
 
 namespace fedgather::server {
@@ -39,14 +40,6 @@ enum class EventKind {
 };
 
 const char* EventKindName(EventKind kind);
-
-// One rank's contribution, as a commit records it.
-struct ContributionDigest {
-  int rank = -1;
-  std::string identity;
-  std::string sha256_hex;
-  int64_t bytes = 0;
-};
 
 struct ServerEvent {
   EventKind kind;

@@ -2,6 +2,7 @@
 
 #include <grpc/grpc_security_constants.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -101,7 +102,54 @@ absl::Status AccessControl::Reload(const Caller& by) {
     options_.registry->ApplyPolicy(loaded->policy->GroupConfigs(), &callbacks);
   }
   Report(event);
+  RecheckSessions(*loaded->verifier);
   return absl::OkStatus();
+}
+
+void AccessControl::WatchSession(const Caller& caller,
+                                 std::weak_ptr<RevocableSession> session) {
+  absl::MutexLock lock(&watch_mu_);
+  watched_.erase(
+      std::remove_if(watched_.begin(), watched_.end(),
+                     [](const Watched& w) { return w.session.expired(); }),
+      watched_.end());
+  watched_.push_back(Watched{caller, std::move(session)});
+}
+
+void AccessControl::RecheckSessions(const ClientCertVerifier& verifier) {
+  std::vector<std::pair<std::shared_ptr<RevocableSession>, ServerEvent>>
+      revoked;
+  {
+    absl::MutexLock lock(&watch_mu_);
+    const absl::Time now = options_.clock();
+    for (auto it = watched_.begin(); it != watched_.end();) {
+      std::shared_ptr<RevocableSession> session = it->session.lock();
+      absl::Status still = absl::OkStatus();
+      if (session != nullptr) {
+        still = verifier.Verify(it->caller.cert_pem, it->caller.chain_pem, now)
+                    .status();
+      }
+      if (session != nullptr && still.ok()) {
+        ++it;
+        continue;
+      }
+      if (session != nullptr) {
+        ServerEvent denied;
+        denied.kind = EventKind::kAccessDenied;
+        denied.action = "authenticate";
+        denied.identity = it->caller.identity;
+        denied.peer = it->caller.peer;
+        denied.details = {{"rpc", "Session"}, {"when", "policy reload"}};
+        denied.status = still;
+        revoked.emplace_back(std::move(session), std::move(denied));
+      }
+      it = watched_.erase(it);
+    }
+  }
+  for (auto& [session, event] : revoked) {
+    Report(event);
+    session->Revoke(event.status);
+  }
 }
 
 absl::StatusOr<Caller> AccessControl::Authenticate(
@@ -112,7 +160,7 @@ absl::StatusOr<Caller> AccessControl::Authenticate(
       Property(auth, GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME);
   absl::StatusOr<VerifiedCertificate> verified =
       Current().verifier->Verify(cert, chain, options_.clock());
-  if (verified.ok()) return Caller{verified->identity, peer};
+  if (verified.ok()) return Caller{verified->identity, peer, cert, chain};
   ServerEvent denied;
   denied.kind = EventKind::kAccessDenied;
   denied.action = "authenticate";

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -35,6 +36,17 @@ namespace fedgather::server {
 struct Caller {
   std::string identity;
   std::string peer;
+  std::string cert_pem;   // the certificate it presented, and any chain,
+  std::string chain_pem;  // which a reload verifies again
+};
+
+// A live session whose certificate each reload verifies again.
+class RevocableSession {
+ public:
+  virtual ~RevocableSession() = default;
+  // Revoke ends the session with `status` (UNAUTHENTICATED, saying why).
+  // Called on the reloading thread, under no server lock.
+  virtual void Revoke(const absl::Status& status) = 0;
 };
 
 // A caller admitted to open a stream: who, and the stream it holds of its
@@ -64,8 +76,16 @@ class AccessControl {
   // the current ones at once and the registry gets the new groups (rounds
   // in flight carry on); otherwise nothing changes and the error is
   // returned. Either way a kPolicyReloaded event names `by` (the admin, or
-  // "SIGHUP"). Serialized: concurrent reloads run one at a time.
+  // "SIGHUP"). Then every watched session's certificate is verified again,
+  // and a session whose certificate no longer verifies (revoked by the new
+  // CRL, or expired) is revoked, with an event. Serialized: concurrent
+  // reloads run one at a time.
   absl::Status Reload(const Caller& by);
+
+  // WatchSession has reloads verify `caller`'s certificate again while
+  // `session` lives.
+  void WatchSession(const Caller& caller,
+                    std::weak_ptr<RevocableSession> session);
 
   // Authenticate verifies the client certificate of `auth` (which may be
   // null) at the current time. UNAUTHENTICATED with the reason (no
@@ -119,8 +139,18 @@ class AccessControl {
                                                absl::string_view action,
                                                absl::string_view group);
 
+  // RecheckSessions revokes the watched sessions whose certificates
+  // `verifier` refuses now.
+  void RecheckSessions(const ClientCertVerifier& verifier);
+
   const AccessControlOptions options_;
   IdentityUsage usage_;
+  struct Watched {
+    Caller caller;
+    std::weak_ptr<RevocableSession> session;
+  };
+  absl::Mutex watch_mu_;
+  std::vector<Watched> watched_ ABSL_GUARDED_BY(watch_mu_);
   absl::Mutex reload_mu_;  // serializes Reload; taken before mu_
   mutable absl::Mutex mu_;
   Snapshot current_ ABSL_GUARDED_BY(mu_);

@@ -19,9 +19,15 @@ SessionReactor* SessionReactor::Start(GroupRegistry* registry,
   if (!admitted) {
     reactor->Close(admission.status());
   } else {
+    access->WatchSession(reactor->caller_, reactor);
     reactor->StartRead(&reactor->request_);
   }
   return reactor.get();
+}
+
+void SessionReactor::Revoke(const absl::Status& status) {
+  Close(status);
+  Lost(status.message());
 }
 
 SessionReactor::SessionReactor(GroupRegistry* registry, AccessControl* access,

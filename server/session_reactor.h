@@ -27,6 +27,7 @@ namespace fedgather::server {
 class SessionReactor
     : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>,
       public SessionStream,
+      public RevocableSession,
       public std::enable_shared_from_this<SessionReactor> {
  public:
   // Start creates a reactor that keeps itself alive until OnDone. When
@@ -39,6 +40,9 @@ class SessionReactor
 
   void SendJoined(const v1::Joined& joined) override;
   void Close(const absl::Status& status) override;
+  // Revoke finishes the session with `status` and leaves the group, whose
+  // epoch then ends naming this member and `status`'s message.
+  void Revoke(const absl::Status& status) override;
 
  private:
   SessionReactor(GroupRegistry* registry, AccessControl* access,

@@ -175,22 +175,36 @@ TEST(CertificateTest, ExpiredAndNotYetValidAreUnauthenticatedAndAudited) {
                      "is not valid until");
 }
 
-TEST(CertificateTest, RevokedCertificateIsRefusedAfterReload) {
+TEST(CertificateTest, RevocationEndsTheLiveSessionAndRefusesNewOnes) {
   ClusterOptions options = Audited(2);
   options.crl = true;
   TestCluster cluster(options);
-  {
-    // Before the revocation takes effect site-2 still works.
-    Members(cluster).ExpectNextRoundWorks();
-  }
+  // Before the revocation takes effect site-2 works.
+  Members members(cluster);
+  members.ExpectNextRoundWorks();
   cluster.Revoke({"site-2"});
   ASSERT_TRUE(cluster.server().ReloadPolicy("test").ok());
+  // The reload verified site-2's live session again and ended it: the
+  // epoch is over, and site-1 learns why.
+  const absl::Status ended = GatherRanks(*members.groups[0]);
+  EXPECT_EQ(ended.code(), absl::StatusCode::kUnavailable) << ended;
+  EXPECT_THAT(std::string(ended.message()),
+              HasSubstr("rank 1 (" + Id("site-2") + ") disconnected"));
+  EXPECT_THAT(std::string(ended.message()), HasSubstr("was revoked"));
+  // A new session of site-2 is refused.
   const absl::Status revoked =
       JoinDemo(cluster, cluster.TlsFor(TestCluster::Site(1)));
   EXPECT_EQ(revoked.code(), absl::StatusCode::kUnauthenticated) << revoked;
   EXPECT_THAT(std::string(revoked.message()), HasSubstr("was revoked"));
   EXPECT_THAT(std::string(revoked.message()), HasSubstr(Id("site-2")));
   const std::vector<json> records = AuditAfterStop(cluster);
+  const json at_reload = FindRecord(records, [](const json& r) {
+    return r["action"] == "authenticate" && r["details"].is_object() &&
+           r["details"].value("when", "") == "policy reload";
+  });
+  ASSERT_FALSE(at_reload.is_null());
+  EXPECT_EQ(at_reload["identity"], Id("site-2"));
+  EXPECT_EQ(at_reload["outcome"], "UNAUTHENTICATED");
   EXPECT_EQ(ExpectDenialRecord(records, "authenticate", "UNAUTHENTICATED",
                                "was revoked")["identity"],
             Id("site-2"));

@@ -26,8 +26,7 @@ SessionReactor* SessionReactor::Start(GroupRegistry* registry,
 }
 
 void SessionReactor::Revoke(const absl::Status& status) {
-  Close(status);
-  Lost(status.message());
+  Lost(status.message(), status);
 }
 
 SessionReactor::SessionReactor(GroupRegistry* registry, AccessControl* access,
@@ -139,7 +138,7 @@ void SessionReactor::Close(const absl::Status& status) {
   Finish(ToGrpcStatus(status));
 }
 
-void SessionReactor::Lost(absl::string_view why) {
+void SessionReactor::Lost(absl::string_view why, const absl::Status& finish) {
   GroupState* group = nullptr;
   IdentityUsage::Lease group_lease;  // given back when this call returns
   {
@@ -153,7 +152,8 @@ void SessionReactor::Lost(absl::string_view why) {
     PendingCallbacks callbacks;
     group->SessionLost(this, why, &callbacks);
   }
-  Close(absl::CancelledError(absl::StrCat("session ended: ", why)));
+  Close(finish.ok() ? absl::CancelledError(absl::StrCat("session ended: ", why))
+                    : finish);
 }
 
 void SessionReactor::OnCancel() { Lost("its session was cancelled"); }

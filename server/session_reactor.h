@@ -55,7 +55,9 @@ class SessionReactor
   void OnCancel() override;
   void OnDone() override;
 
-  void Lost(absl::string_view why);
+  // Lost reports, once, that the member is gone (`why`), then finishes the
+  // stream with `finish`, or CANCELLED when that is OK.
+  void Lost(absl::string_view why, const absl::Status& finish = {});
 
   GroupRegistry* const registry_;
   AccessControl* const access_;

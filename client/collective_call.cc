@@ -27,14 +27,26 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
   header->set_seq(setup_.seq);
   header->set_op(setup_.op);
   header->set_rank(setup_.rank);
+  if (setup_.op == v1::BROADCAST) {
+    if (setup_.root < 0 || setup_.root >= setup_.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("root ", setup_.root, " is out of range for world size ",
+                       setup_.world_size));
+    }
+    header->set_root(static_cast<uint32_t>(setup_.root));
+  }
   for (const ConstHostTensor& input : inputs_)
     fingerprint_.push_back(input.spec);
   FingerprintToProto(fingerprint_, header->mutable_tensors());
   // The server applies the same checks; failing here sends nothing.
   FG_RETURN_IF_ERROR(FingerprintFromProto(header->tensors(), "input").status());
+  FG_RETURN_IF_ERROR(CheckFingerprintForOp(setup_.op, fingerprint_, "input"));
+  // A BROADCAST's non-root sends its header only.
+  if (!Sends(setup_.rank)) write_tensor_ = inputs_.size();
   for (const ConstHostTensor& input : inputs_) {
     input_bytes_.push_back(ByteSize(input.spec).value());
-    if (input.data == nullptr && input_bytes_.back() > 0) {
+    if (input.data == nullptr && input_bytes_.back() > 0 &&
+        Sends(setup_.rank)) {
       return absl::InvalidArgumentError(
           absl::StrCat("input '", input.spec.name, "' has no data"));
     }
@@ -44,7 +56,7 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
     FG_ASSIGN_OR_RETURN(
         uint8_t * own,
         target_->Place(setup_.rank, static_cast<int>(i), inputs_[i].spec));
-    if (input_bytes_[i] > 0 && own != inputs_[i].data) {
+    if (input_bytes_[i] > 0 && own != inputs_[i].data && Sends(setup_.rank)) {
       std::memcpy(own, inputs_[i].data, static_cast<size_t>(input_bytes_[i]));
     }
   }
@@ -55,6 +67,10 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
   StartWrite(&write_buffer_);
   StartCall();
   return absl::OkStatus();
+}
+
+bool CollectiveCall::Sends(int rank) const {
+  return setup_.op != v1::BROADCAST || rank == setup_.root;
 }
 
 void CollectiveCall::WriteNext() {
@@ -135,7 +151,7 @@ absl::Status CollectiveCall::HandleFrame() {
 absl::Status CollectiveCall::HandleHeader(const v1::CollectiveHeader& header) {
   const int r = static_cast<int>(header.rank());
   if (header.rank() >= static_cast<uint32_t>(setup_.world_size) ||
-      r == setup_.rank || parts_[r].have_header) {
+      r == setup_.rank || parts_[r].have_header || !Sends(r)) {
     return absl::InternalError(absl::StrCat(
         "protocol error: unexpected header for rank ", header.rank()));
   }
@@ -200,7 +216,9 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
           absl::StrCat("the commit's entry ", r, " is malformed"));
     }
     Sha256Digest received = own_digest_;
-    if (r != setup_.rank) {
+    if (!Sends(r)) {
+      received = Sha256().Finish();  // it sent nothing
+    } else if (r != setup_.rank) {
       Part& part = parts_[r];
       if (!part.have_header) {
         return absl::DataLossError(

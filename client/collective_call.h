@@ -54,6 +54,7 @@ struct CollectiveSetup {
   int rank = 0;
   int world_size = 1;
   int64_t max_chunk_bytes = 1 << 20;
+  int root = 0;  // BROADCAST: the rank that sends; the others only receive
 };
 
 class CollectiveCall
@@ -98,6 +99,8 @@ class CollectiveCall
   void OnReadDone(bool ok) override;
   void OnDone(const grpc::Status& status) override;
 
+  // Sends is whether `rank` uploads bytes (all but BROADCAST's non-roots).
+  bool Sends(int rank) const;
   void WriteNext();
   absl::Status HandleFrame();
   absl::Status HandleHeader(const v1::CollectiveHeader& header);

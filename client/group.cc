@@ -41,6 +41,22 @@ class AllocatedTarget : public ReceiveTarget {
   const Group::PartAllocator& allocate_;
 };
 
+// Places the root's tensors in the caller's tensors (a BROADCAST receives
+// only the root's part; this rank's own part is the same memory).
+class BroadcastTarget : public ReceiveTarget {
+ public:
+  explicit BroadcastTarget(absl::Span<const MutableHostTensor> tensors)
+      : tensors_(tensors) {}
+
+  absl::StatusOr<uint8_t*> Place(int rank, int index,
+                                 const TensorSpec& spec) override {
+    return static_cast<uint8_t*>(tensors_[index].data);
+  }
+
+ private:
+  absl::Span<const MutableHostTensor> tensors_;
+};
+
 }  // namespace
 
 Group::Group(std::shared_ptr<grpc::Channel> channel, std::string name)
@@ -125,8 +141,8 @@ void Group::RunSession() {
 }
 
 absl::Status Group::Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
-                        ReceiveTarget* target,
-                        const CollectiveOptions& options) {
+                        ReceiveTarget* target, const CollectiveOptions& options,
+                        int root) {
   {
     absl::MutexLock lock(&mu_);
     if (!session_status_.ok()) return session_status_;
@@ -139,6 +155,7 @@ absl::Status Group::Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
   setup.rank = rank_;
   setup.world_size = world_size_;
   setup.max_chunk_bytes = max_chunk_bytes_;
+  setup.root = root;
   CollectiveCall call(setup, inputs, target);
   FG_RETURN_IF_ERROR(call.Start(&generic_stub_));
   // The header is on its way: this seq is spent whatever the outcome.
@@ -179,6 +196,37 @@ absl::Status Group::AllGatherV(absl::Span<const ConstHostTensor> inputs,
                                const CollectiveOptions& options) {
   AllocatedTarget target(allocate);
   return Run(v1::ALL_GATHER_V, inputs, &target, options);
+}
+
+absl::StatusOr<std::vector<std::string>> Group::AllGatherBytes(
+    absl::string_view bytes, const CollectiveOptions& options) {
+  std::vector<std::string> gathered(world_size_);
+  const ConstHostTensor input{
+      {"bytes", DType::kU8, {static_cast<int64_t>(bytes.size())}},
+      bytes.data()};
+  PartAllocator allocate =
+      [&](int rank, int, const TensorSpec& spec) -> absl::StatusOr<void*> {
+    gathered[rank].resize(static_cast<size_t>(spec.shape[0]));
+    return gathered[rank].data();
+  };
+  AllocatedTarget target(allocate);
+  FG_RETURN_IF_ERROR(Run(v1::ALL_GATHER_BYTES, {&input, 1}, &target, options));
+  return gathered;
+}
+
+absl::Status Group::Broadcast(absl::Span<const MutableHostTensor> tensors,
+                              int root, const CollectiveOptions& options) {
+  std::vector<ConstHostTensor> inputs;
+  for (const MutableHostTensor& t : tensors) {
+    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(t.spec));
+    if (bytes > 0 && t.data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.spec.name, "' has no memory"));
+    }
+    inputs.push_back({t.spec, t.data});
+  }
+  BroadcastTarget target(tensors);
+  return Run(v1::BROADCAST, inputs, &target, options, root);
 }
 
 }  // namespace fedgather

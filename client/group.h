@@ -84,6 +84,18 @@ class Group {
                           const PartAllocator& allocate,
                           const CollectiveOptions& options = {});
 
+  // AllGatherBytes gathers one opaque byte string from every rank (metrics,
+  // small serialized objects); returns them in rank order, each as sent.
+  absl::StatusOr<std::vector<std::string>> AllGatherBytes(
+      absl::string_view bytes, const CollectiveOptions& options = {});
+
+  // Broadcast sends `tensors` from rank `root` to every rank: on the root
+  // they are read, on the others they are overwritten with the root's bytes.
+  // Every rank passes the same names, dtypes and shapes and the same root
+  // (INVALID_ARGUMENT otherwise, on every rank).
+  absl::Status Broadcast(absl::Span<const MutableHostTensor> tensors, int root,
+                         const CollectiveOptions& options = {});
+
   // torch adapter (fg_client_torch). Inputs must be contiguous CPU tensors.
   // AllGather returns [world, *shape].
   absl::StatusOr<at::Tensor> AllGather(const at::Tensor& input,
@@ -98,6 +110,10 @@ class Group {
   // AllGatherV returns each rank's part at its own size, in rank order.
   absl::StatusOr<std::vector<at::Tensor>> AllGatherV(
       const at::Tensor& input, const CollectiveOptions& options = {});
+  // Broadcast overwrites `tensor` (contiguous, CPU) on every rank but `root`
+  // with the root's, in place, as torch.distributed.broadcast does.
+  absl::Status Broadcast(at::Tensor& tensor, int root,
+                         const CollectiveOptions& options = {});
 
  private:
   friend class Client;
@@ -107,7 +123,8 @@ class Group {
   absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout);
   void RunSession();
   absl::Status Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
-                   ReceiveTarget* target, const CollectiveOptions& options);
+                   ReceiveTarget* target, const CollectiveOptions& options,
+                   int root = 0);
 
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
   grpc::GenericStub generic_stub_;

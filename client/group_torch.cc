@@ -178,4 +178,16 @@ absl::StatusOr<std::vector<at::Tensor>> Group::AllGatherV(
   }
 }
 
+absl::Status Group::Broadcast(at::Tensor& tensor, int root,
+                              const CollectiveOptions& options) {
+  try {
+    FG_ASSIGN_OR_RETURN(TensorSpec spec, SpecOf(kSingleTensorName, tensor));
+    const MutableHostTensor view{std::move(spec), tensor.data_ptr()};
+    return Broadcast(absl::MakeConstSpan(&view, 1), root, options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
 }  // namespace fedgather

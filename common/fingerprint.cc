@@ -117,10 +117,10 @@ absl::Status CompareFingerprints(v1::Op op, int first_rank,
                                    DTypeName(a.dtype)));
     }
     bool shapes_agree = a.shape == b.shape;
-    if (op == v1::ALL_GATHER_V) {
+    if (op == v1::ALL_GATHER_V || op == v1::ALL_GATHER_BYTES) {
       if (a.shape.empty() || b.shape.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "ALL_GATHER_V needs tensors of rank >= 1, but tensor '", a.name,
+            OpName(op), " needs tensors of rank >= 1, but tensor '", a.name,
             "' is a scalar on rank ",
             a.shape.empty() ? first_rank : other_rank));
       }
@@ -138,6 +138,34 @@ absl::Status CompareFingerprints(v1::Op op, int first_rank,
                        "': ", absl::StrJoin(diffs, "; "), " (rank ", other_rank,
                        " vs rank ", first_rank, ")"));
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFingerprintForOp(v1::Op op, const Fingerprint& fingerprint,
+                                   absl::string_view where) {
+  if (op == v1::ALL_GATHER_V) {
+    for (const TensorSpec& spec : fingerprint) {
+      if (spec.shape.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where,
+                         ": ALL_GATHER_V needs tensors of rank >= 1, "
+                         "but tensor '",
+                         spec.name, "' is a scalar"));
+      }
+    }
+  }
+  if (op == v1::ALL_GATHER_BYTES &&
+      (fingerprint.size() != 1 || fingerprint[0].dtype != DType::kU8 ||
+       fingerprint[0].shape.size() != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where,
+        ": ALL_GATHER_BYTES takes exactly one rank-1 U8 tensor (the byte "
+        "string); got [",
+        Names(fingerprint), "]",
+        fingerprint.empty()
+            ? ""
+            : absl::StrCat(", the first ", SpecToString(fingerprint[0]))));
   }
   return absl::OkStatus();
 }

@@ -35,9 +35,17 @@ void FingerprintToProto(
 // ContributionBytes returns the sum of ByteSize over the fingerprint.
 absl::StatusOr<int64_t> ContributionBytes(const Fingerprint& fingerprint);
 
+// CheckFingerprintForOp checks one rank's fingerprint against what `op`
+// allows on its own: ALL_GATHER_V needs tensors of rank >= 1;
+// ALL_GATHER_BYTES exactly one rank-1 U8 tensor. INVALID_ARGUMENT starting
+// with `where` otherwise.
+absl::Status CheckFingerprintForOp(v1::Op op, const Fingerprint& fingerprint,
+                                   absl::string_view where);
+
 // CompareFingerprints checks that rank `other_rank`'s fingerprint agrees with
-// rank `first_rank`'s under `op`: equal for ALL_GATHER; for ALL_GATHER_V equal
-// except in the first dimension (rank >= 1 required). OK when they agree;
+// rank `first_rank`'s under `op`: equal for ALL_GATHER and BROADCAST; for
+// ALL_GATHER_V and ALL_GATHER_BYTES equal except in the first dimension (rank
+// >= 1 required). OK when they agree;
 // otherwise INVALID_ARGUMENT naming both ranks, the tensor and the fields that
 // differ.
 absl::Status CompareFingerprints(v1::Op op, int first_rank,

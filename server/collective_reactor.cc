@@ -142,13 +142,28 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
       absl::StrCat("group '", header.group(), "' seq ", header.seq(), " rank ",
                    header.rank(), " header"));
   if (!fingerprint.ok()) return fingerprint.status();
-  if (header.op() != v1::ALL_GATHER && header.op() != v1::ALL_GATHER_V) {
+  if (header.op() != v1::ALL_GATHER && header.op() != v1::ALL_GATHER_V &&
+      header.op() != v1::ALL_GATHER_BYTES && header.op() != v1::BROADCAST) {
     return absl::UnimplementedError(absl::StrCat(
         "op ", OpName(header.op()), " is not supported by this server"));
   }
   absl::StatusOr<std::shared_ptr<Round>> found =
       (*group)->FindRound(caller_.identity, header, clock_(), callbacks);
   if (!found.ok()) return found.status();
+  // A fingerprint the op cannot take fails the round on every rank.
+  if (absl::Status fits = CheckFingerprintForOp(
+          header.op(), *fingerprint,
+          absl::StrCat((*found)->Describe(), ": rank ", header.rank(), " (",
+                       caller_.identity, ")"));
+      !fits.ok()) {
+    (*found)->Fail(fits, callbacks);
+    return fits;
+  }
+  // What this rank uploads: a BROADCAST's non-root ranks send no bytes.
+  Fingerprint sent = *fingerprint;
+  if (header.op() == v1::BROADCAST && header.root() != header.rank()) {
+    sent.clear();
+  }
   // A contribution past the caller's limits fails the round on every rank.
   ServerEvent about;
   about.group = header.group();
@@ -157,16 +172,17 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   about.rank = static_cast<int>(header.rank());
   about.op = header.op();
   if (absl::Status within = access_->CheckContribution(
-          caller_, static_cast<int>(fingerprint->size()),
-          ContributionBytes(*fingerprint).value_or(INT64_MAX),
-          (*found)->Describe(), std::move(about));
+          caller_, static_cast<int>(sent.size()),
+          ContributionBytes(sent).value_or(INT64_MAX), (*found)->Describe(),
+          std::move(about));
       !within.ok()) {
     refusal_reported_ = true;
     (*found)->Fail(within, callbacks);
     return within;
   }
   fingerprint_ = *std::move(fingerprint);
-  sequence_.emplace(fingerprint_, max_chunk_bytes_);
+  upload_ = std::move(sent);
+  sequence_.emplace(upload_, max_chunk_bytes_);  // keeps a reference
   rank_ = static_cast<int>(header.rank());
   group_ = *group;
   epoch_ = header.epoch();
@@ -175,8 +191,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     round_ = *found;
   }
   absl::Status attached =
-      (*found)->Attach(rank_, caller_.peer, header.op(), fingerprint_,
-                       read_buffer_, weak_from_this(), callbacks);
+      (*found)->Attach(rank_, caller_.peer, header.op(), header.root(),
+                       fingerprint_, read_buffer_, weak_from_this(), callbacks);
   if (!attached.ok()) {
     {
       absl::MutexLock lock(&mu_);

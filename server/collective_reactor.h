@@ -99,7 +99,9 @@ class CollectiveReactor
   enum class Phase { kHeader, kChunks, kEnded };
   Phase phase_ = Phase::kHeader;
   grpc::ByteBuffer read_buffer_;
-  Fingerprint fingerprint_;
+  Fingerprint fingerprint_;  // as the header declares it
+  Fingerprint upload_;       // what this rank uploads (none: a broadcast's
+                             // non-root); sequence_ refers to it
   std::optional<ChunkSequence> sequence_;
   Sha256 hasher_;
   int rank_ = -1;  // set before the round can call back; then constant

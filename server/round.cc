@@ -67,7 +67,7 @@ void Round::WakeAll(PendingCallbacks* callbacks) {
 }
 
 absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
-                           const Fingerprint& fingerprint,
+                           uint32_t root, const Fingerprint& fingerprint,
                            grpc::ByteBuffer header_frame,
                            std::weak_ptr<RoundStream> stream,
                            PendingCallbacks* callbacks) {
@@ -84,7 +84,15 @@ absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
                      " already has a stream in this round"));
   }
   if (first_rank_ < 0) {
+    if (op == v1::BROADCAST && root >= static_cast<uint32_t>(world_)) {
+      const absl::Status bad = absl::InvalidArgumentError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " broadcasts from root ", root,
+          ", out of range for world size ", world_));
+      FailLocked(bad, callbacks);
+      return bad;
+    }
     op_ = op;
+    root_ = root;
     first_rank_ = rank;
     first_fingerprint_ = fingerprint;
   } else if (op != op_) {
@@ -92,6 +100,12 @@ absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
         Describe(), ": ", RankName(rank), " called ", OpName(op), " but ",
         RankName(first_rank_), " called ", OpName(op_),
         "; the ranks are calling collectives in a different order"));
+    FailLocked(mismatch, callbacks);
+    return mismatch;
+  } else if (op_ == v1::BROADCAST && root != root_) {
+    const absl::Status mismatch = absl::InvalidArgumentError(absl::StrCat(
+        Describe(), " (BROADCAST): ", RankName(rank), " names root ", root,
+        " but ", RankName(first_rank_), " names root ", root_));
     FailLocked(mismatch, callbacks);
     return mismatch;
   } else if (absl::Status same = CompareFingerprints(
@@ -106,14 +120,17 @@ absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
   state.attached = true;
   state.peer = peer;
   state.stream = std::move(stream);
-  state.expected_bytes = ContributionBytes(fingerprint).value();
+  const bool sends = op_ != v1::BROADCAST || rank == static_cast<int>(root_);
+  state.expected_bytes = sends ? ContributionBytes(fingerprint).value() : 0;
   ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
   started.bytes = state.expected_bytes;
   DeferEvent(options_.events, std::move(started), callbacks);
   // The header goes to every other rank ahead of this rank's chunks, so an
   // ALL_GATHER_V receiver learns the part's shape before its bytes.
-  const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
-  Append(rank, std::move(header_frame), header_bytes, callbacks);
+  if (sends) {
+    const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
+    Append(rank, std::move(header_frame), header_bytes, callbacks);
+  }
   Wake(rank, callbacks);
   return absl::OkStatus();
 }

@@ -84,9 +84,12 @@ class Round {
   // FAILED_PRECONDITION, a different fingerprint INVALID_ARGUMENT, and either
   // fails the round on every rank. `header_frame` is forwarded to the other
   // ranks. Returns the round's failure when it has already failed.
-  // `peer` is the stream's address, for events.
+  // `peer` is the stream's address, for events. For BROADCAST every rank
+  // must name the same `root` (INVALID_ARGUMENT otherwise, failing the
+  // round); only the root's frames are forwarded, to every other rank, and
+  // the other ranks upload no bytes.
   absl::Status Attach(int rank, const std::string& peer, v1::Op op,
-                      const Fingerprint& fingerprint,
+                      uint32_t root, const Fingerprint& fingerprint,
                       grpc::ByteBuffer header_frame,
                       std::weak_ptr<RoundStream> stream,
                       PendingCallbacks* callbacks);
@@ -185,6 +188,7 @@ class Round {
   mutable absl::Mutex mu_;
   v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
   int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
+  uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;  // BROADCAST's sender
   Fingerprint first_fingerprint_ ABSL_GUARDED_BY(mu_);
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   std::vector<LogEntry> log_ ABSL_GUARDED_BY(mu_);

@@ -1,27 +1,147 @@
 #include "client/cli/join_command.h"
 
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "common/file_io.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tls_credentials.h"
 
 namespace fedgather::cli {
+namespace {
+
+// Owned output tensors and the metadata the output file gets.
+struct Result {
+  std::vector<std::vector<uint8_t>> memory;
+  std::vector<ConstHostTensor> tensors;
+  std::map<std::string, std::string> metadata;
+  int64_t bytes = 0;
+
+  // Add keeps `data` and returns memory for a tensor of `spec`.
+  uint8_t* Add(TensorSpec spec, std::vector<uint8_t> data) {
+    bytes += static_cast<int64_t>(data.size());
+    memory.push_back(std::move(data));
+    tensors.push_back(ConstHostTensor{std::move(spec), memory.back().data()});
+    return memory.back().data();
+  }
+};
+
+absl::StatusOr<Result> AllGather(Group& group,
+                                 absl::Span<const ConstHostTensor> inputs,
+                                 const CollectiveOptions& options) {
+  Result result;
+  std::vector<MutableHostTensor> outputs;
+  for (const ConstHostTensor& in : inputs) {
+    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(in.spec));
+    TensorSpec spec = in.spec;
+    spec.shape.insert(spec.shape.begin(), group.world_size());
+    uint8_t* data =
+        result.Add(spec, std::vector<uint8_t>(bytes * group.world_size()));
+    outputs.push_back(MutableHostTensor{spec, data});
+  }
+  FG_RETURN_IF_ERROR(group.AllGatherInto(inputs, outputs, options));
+  return result;
+}
+
+absl::StatusOr<Result> AllGatherV(Group& group,
+                                  absl::Span<const ConstHostTensor> inputs,
+                                  const CollectiveOptions& options) {
+  const int world = group.world_size();
+  // parts[i][r]: rank r's part of tensor i.
+  std::vector<std::vector<std::vector<uint8_t>>> parts(
+      inputs.size(), std::vector<std::vector<uint8_t>>(world));
+  std::vector<std::vector<TensorSpec>> specs(inputs.size(),
+                                             std::vector<TensorSpec>(world));
+  const Group::PartAllocator allocate =
+      [&](int rank, int index,
+          const TensorSpec& spec) -> absl::StatusOr<void*> {
+    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(spec));
+    specs[index][rank] = spec;
+    parts[index][rank].resize(static_cast<size_t>(bytes));
+    return parts[index][rank].data();
+  };
+  FG_RETURN_IF_ERROR(group.AllGatherV(inputs, allocate, options));
+  Result result;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TensorSpec spec = inputs[i].spec;
+    spec.shape[0] = 0;
+    std::vector<uint8_t> joined;
+    std::vector<int64_t> split;
+    for (int r = 0; r < world; ++r) {
+      spec.shape[0] += specs[i][r].shape[0];
+      split.push_back(specs[i][r].shape[0]);
+      joined.insert(joined.end(), parts[i][r].begin(), parts[i][r].end());
+    }
+    result.metadata["fedgather.split." + spec.name] = absl::StrJoin(split, ",");
+    result.Add(std::move(spec), std::move(joined));
+  }
+  return result;
+}
+
+absl::StatusOr<Result> AllGatherBytes(Group& group, absl::string_view bytes,
+                                      const CollectiveOptions& options) {
+  FG_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                      group.AllGatherBytes(bytes, options));
+  Result result;
+  for (size_t r = 0; r < gathered.size(); ++r) {
+    result.Add(TensorSpec{absl::StrCat("bytes.", r),
+                          DType::kU8,
+                          {static_cast<int64_t>(gathered[r].size())}},
+               std::vector<uint8_t>(gathered[r].begin(), gathered[r].end()));
+  }
+  return result;
+}
+
+absl::StatusOr<Result> Broadcast(Group& group,
+                                 absl::Span<const ConstHostTensor> inputs,
+                                 int root, const CollectiveOptions& options) {
+  Result result;
+  std::vector<MutableHostTensor> tensors;
+  for (const ConstHostTensor& in : inputs) {
+    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(in.spec));
+    const uint8_t* from = static_cast<const uint8_t*>(in.data);
+    uint8_t* data = result.Add(
+        in.spec, group.rank() == root
+                     ? std::vector<uint8_t>(from, from + bytes)
+                     : std::vector<uint8_t>(static_cast<size_t>(bytes)));
+    tensors.push_back(MutableHostTensor{in.spec, data});
+  }
+  FG_RETURN_IF_ERROR(group.Broadcast(tensors, root, options));
+  return result;
+}
+
+}  // namespace
 
 absl::Status RunJoin(const JoinCommandOptions& options) {
-  FG_ASSIGN_OR_RETURN(const SafetensorsFile input,
-                      SafetensorsFile::ReadFile(options.input));
-  const std::vector<ConstHostTensor> inputs = input.Views();
-  if (inputs.empty()) {
+  const bool bytes_op = options.op == "all_gather_bytes";
+  if (!bytes_op && options.op != "all_gather" && options.op != "all_gather_v" &&
+      options.op != "broadcast") {
     return absl::InvalidArgumentError(absl::StrCat(
-        options.input, " holds no tensors; nothing to contribute"));
+        "--op ", options.op,
+        " is not one of all_gather, all_gather_v, all_gather_bytes, "
+        "broadcast"));
+  }
+  std::string raw_input;
+  std::vector<ConstHostTensor> inputs;
+  std::optional<SafetensorsFile> input;
+  if (bytes_op) {
+    FG_ASSIGN_OR_RETURN(raw_input, ReadFileToString(options.input));
+  } else {
+    FG_ASSIGN_OR_RETURN(input, SafetensorsFile::ReadFile(options.input));
+    inputs = input->Views();
+    if (inputs.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.input, " holds no tensors; nothing to contribute"));
+    }
   }
   ClientOptions client_options;
   client_options.server_address = options.server;
@@ -35,47 +155,37 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   join.timeout = options.timeout;
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, client->Join(join));
 
-  const int world = group->world_size();
-  std::vector<std::unique_ptr<uint8_t[]>> memory;
-  std::vector<MutableHostTensor> outputs;
-  int64_t total_bytes = 0;
-  for (const ConstHostTensor& in : inputs) {
-    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(in.spec));
-    MutableHostTensor out;
-    out.spec = in.spec;
-    out.spec.shape.insert(out.spec.shape.begin(), world);
-    memory.emplace_back(new uint8_t[std::max<int64_t>(1, bytes * world)]);
-    out.data = memory.back().get();
-    outputs.push_back(std::move(out));
-    total_bytes += bytes * world;
-  }
   CollectiveOptions collective;
   collective.timeout = options.timeout;
   const absl::Time start = absl::Now();
-  FG_RETURN_IF_ERROR(group->AllGatherInto(inputs, outputs, collective));
+  absl::StatusOr<Result> result =
+      bytes_op ? AllGatherBytes(*group, raw_input, collective)
+      : options.op == "all_gather_v" ? AllGatherV(*group, inputs, collective)
+      : options.op == "broadcast"
+          ? Broadcast(*group, inputs, options.root, collective)
+          : AllGather(*group, inputs, collective);
+  if (!result.ok()) return result.status();
   const absl::Duration took = absl::Now() - start;
 
-  std::map<std::string, std::string> metadata = {
-      {"fedgather.group", group->name()},
-      {"fedgather.epoch", absl::StrCat(group->epoch())},
-      {"fedgather.world_size", absl::StrCat(world)},
-  };
+  const int world = group->world_size();
+  std::map<std::string, std::string>& metadata = result->metadata;
+  metadata["fedgather.group"] = group->name();
+  metadata["fedgather.epoch"] = absl::StrCat(group->epoch());
+  metadata["fedgather.world_size"] = absl::StrCat(world);
+  metadata["fedgather.op"] = options.op;
   for (int r = 0; r < world; ++r) {
     metadata[absl::StrCat("fedgather.rank.", r)] = group->identities()[r];
   }
-  std::vector<ConstHostTensor> written;
-  for (const MutableHostTensor& out : outputs) {
-    written.push_back(ConstHostTensor{out.spec, out.data});
-  }
-  FG_RETURN_IF_ERROR(WriteSafetensorsFile(options.output, written, metadata));
-  std::printf(
-      "%s\n",
-      absl::StrFormat(
-          "joined group '%s' as rank %d of %d (epoch %d); gathered %d "
-          "tensor(s), %.1f MiB, in %.3f s; wrote %s",
-          group->name(), group->rank(), world, group->epoch(), inputs.size(),
-          total_bytes / 1048576.0, absl::ToDoubleSeconds(took), options.output)
-          .c_str());
+  FG_RETURN_IF_ERROR(
+      WriteSafetensorsFile(options.output, result->tensors, metadata));
+  std::printf("%s\n",
+              absl::StrFormat(
+                  "joined group '%s' as rank %d of %d (epoch %d); %s: %d "
+                  "tensor(s), %.1f MiB, in %.3f s; wrote %s",
+                  group->name(), group->rank(), world, group->epoch(),
+                  options.op, result->tensors.size(), result->bytes / 1048576.0,
+                  absl::ToDoubleSeconds(took), options.output)
+                  .c_str());
   return absl::OkStatus();
 }
 

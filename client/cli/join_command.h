@@ -17,14 +17,25 @@ struct JoinCommandOptions {
   std::string group;
   int world_size = 0;
   std::optional<int> rank;
-  std::string input;   // safetensors
-  std::string output;  // safetensors: each input name stacked [N, *shape]
+  // all_gather, all_gather_v, all_gather_bytes or broadcast.
+  std::string op = "all_gather";
+  int root = 0;        // broadcast: the rank whose tensors every rank gets
+  std::string input;   // safetensors; for all_gather_bytes any file
+  std::string output;  // safetensors, see RunJoin
   absl::Duration timeout = absl::Minutes(5);
 };
 
-// RunJoin joins the group, runs one all_gather of the input file's tensors
-// and writes the output file, whose metadata maps "fedgather.rank.R" to the
-// identity of rank R. Prints a one-line summary to stdout. Blocks.
+// RunJoin joins the group, runs one collective of `op` and writes the
+// output file:
+//   all_gather        each input name stacked [N, *shape]
+//   all_gather_v      each input name concatenated along dim 0 in rank
+//                     order, exact-size; metadata "fedgather.split.NAME"
+//                     lists each rank's first dimension ("3,5,2")
+//   all_gather_bytes  the input file's bytes from every rank, as U8 tensors
+//                     "bytes.R"
+//   broadcast         the root's tensors under each input name and shape
+// Its metadata maps "fedgather.rank.R" to the identity of rank R. Prints a
+// one-line summary to stdout. Blocks.
 absl::Status RunJoin(const JoinCommandOptions& options);
 
 }  // namespace fedgather::cli

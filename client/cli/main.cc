@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   int rank = -1;
   double timeout_s = 300;
   CLI::App* join_cmd = app.add_subcommand(
-      "join", "contribute a safetensors file to an all_gather");
+      "join", "contribute a file to one collective (all_gather by default)");
   join_cmd->add_option("--server", join.server, "HOST:PORT")->required();
   join_cmd
       ->add_option("--tls-dir", join.tls_dir,
@@ -75,6 +75,15 @@ int main(int argc, char** argv) {
   join_cmd
       ->add_option("--timeout", timeout_s,
                    "seconds to wait for the group and the round")
+      ->capture_default_str();
+  join_cmd
+      ->add_option("--op", join.op,
+                   "all_gather, all_gather_v, all_gather_bytes (the input is "
+                   "any file) or broadcast")
+      ->check(CLI::IsMember(
+          {"all_gather", "all_gather_v", "all_gather_bytes", "broadcast"}))
+      ->capture_default_str();
+  join_cmd->add_option("--root", join.root, "broadcast: the sending rank")
       ->capture_default_str();
 
   fedgather::cli::AuditVerifyCommandOptions audit_verify;

@@ -10,7 +10,7 @@
 namespace fedgather::testing {
 namespace {
 
-TEST(GroupTorchTest, AllGatherVariantsMatchTorchStack) {
+TEST(GroupTorchTest, AllGatherVariantsAndBroadcastMatchTorch) {
   TestCluster cluster(ClusterOptions(3));
   RunRanks(3, [&](int i) {
     std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(i));
@@ -52,6 +52,11 @@ TEST(GroupTorchTest, AllGatherVariantsMatchTorchStack) {
       EXPECT_TRUE(
           at::equal((*parts)[r], at::full({r + 1, 2}, double(r), at::kDouble)));
     }
+
+    // broadcast from rank 1, in place, as torch.distributed.broadcast.
+    at::Tensor mine = at::full({4, 3}, float(i), at::kHalf);
+    ASSERT_TRUE((*group)->Broadcast(mine, 1).ok());
+    EXPECT_TRUE(at::equal(mine, at::full({4, 3}, 1.0, at::kHalf)));
 
     // A non-contiguous input is refused locally with a clear error.
     auto strided = (*group)->AllGather(all[i].t());

@@ -205,9 +205,45 @@ TEST(CompareFingerprintsTest, AllGatherAcceptsScalars) {
   EXPECT_TRUE(CompareFingerprints(v1::ALL_GATHER, 0, One({}), 1, One({})).ok());
 }
 
+TEST(CheckFingerprintForOpTest, AllGatherBytesTakesOneRankOneU8Tensor) {
+  const Fingerprint bytes = {{"b", DType::kU8, {17}}};
+  EXPECT_TRUE(CheckFingerprintForOp(v1::ALL_GATHER_BYTES, bytes, "x").ok());
+  EXPECT_TRUE(
+      CheckFingerprintForOp(v1::ALL_GATHER_BYTES, {{"b", DType::kU8, {0}}}, "x")
+          .ok());
+  for (const Fingerprint& bad :
+       {Fingerprint{{"b", DType::kI8, {17}}},
+        Fingerprint{{"b", DType::kU8, {}}},
+        Fingerprint{{"b", DType::kU8, {2, 3}}},
+        Fingerprint{{"a", DType::kU8, {1}}, {"b", DType::kU8, {1}}},
+        Fingerprint{}}) {
+    ExpectInvalid(CheckFingerprintForOp(v1::ALL_GATHER_BYTES, bad, "rank 3"),
+                  {"rank 3: ALL_GATHER_BYTES takes exactly one rank-1 U8"});
+  }
+  // Lengths may differ between ranks; names may not.
+  EXPECT_TRUE(CompareFingerprints(v1::ALL_GATHER_BYTES, 0, bytes, 1,
+                                  {{"b", DType::kU8, {3}}})
+                  .ok());
+  ExpectInvalid(CompareFingerprints(v1::ALL_GATHER_BYTES, 0, bytes, 1,
+                                    {{"c", DType::kU8, {3}}}),
+                {"differ in the name of tensor 0"});
+}
+
+TEST(CheckFingerprintForOpTest, OtherOps) {
+  EXPECT_TRUE(CheckFingerprintForOp(v1::ALL_GATHER, One({}), "x").ok());
+  EXPECT_TRUE(CheckFingerprintForOp(v1::BROADCAST, One({}), "x").ok());
+  ExpectInvalid(CheckFingerprintForOp(v1::ALL_GATHER_V, One({}), "x"),
+                {"x: ALL_GATHER_V needs tensors of rank >= 1"});
+  // A broadcast's shapes must agree exactly.
+  ExpectInvalid(CompareFingerprints(v1::BROADCAST, 0, One({2}), 1, One({3})),
+                {"shape"});
+}
+
 TEST(OpNameTest, WireNames) {
   EXPECT_EQ(OpName(v1::ALL_GATHER), "ALL_GATHER");
   EXPECT_EQ(OpName(v1::ALL_GATHER_V), "ALL_GATHER_V");
+  EXPECT_EQ(OpName(v1::ALL_GATHER_BYTES), "ALL_GATHER_BYTES");
+  EXPECT_EQ(OpName(v1::BROADCAST), "BROADCAST");
 }
 
 }  // namespace

@@ -53,14 +53,29 @@ pid_t StartCli(std::vector<std::string> args,
 
 // Starts `fedgather join` for `site`; returns its pid. With `stderr_path`
 // set, the process's stderr goes to that file.
+// `extra` arguments are appended.
 pid_t StartJoin(const TestCluster& cluster, int site, int world,
                 const std::string& input, const std::string& output,
-                const std::string& stderr_path = "") {
-  return StartCli({"join", "--server", cluster.address(), "--tls-dir",
-                   cluster.dir() + "/" + TestCluster::Site(site), "--group",
-                   "demo", "--world-size", std::to_string(world), "--input",
-                   input, "--output", output, "--timeout", "60"},
-                  "", stderr_path);
+                const std::string& stderr_path = "",
+                const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> args = {
+      "join",
+      "--server",
+      cluster.address(),
+      "--tls-dir",
+      cluster.dir() + "/" + TestCluster::Site(site),
+      "--group",
+      "demo",
+      "--world-size",
+      std::to_string(world),
+      "--input",
+      input,
+      "--output",
+      output,
+      "--timeout",
+      "60"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return StartCli(std::move(args), "", stderr_path);
 }
 
 int WaitExit(pid_t pid) {
@@ -146,6 +161,90 @@ TEST(CliTest, AdminCommandsStatusRevokeReloadAndAbort) {
   CliResult allowed = RunCli(cluster, with(as("site-1"), {"status"}));
   EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
   EXPECT_THAT(allowed.out, HasSubstr("group demo (your role: participant)"));
+}
+
+// Runs `fedgather join --op OP --rank i` for sites 0..world-1 on `inputs`
+// and returns each output file.
+std::vector<SafetensorsFile> JoinAll(const TestCluster& cluster, int world,
+                                     const std::vector<std::string>& inputs,
+                                     const std::vector<std::string>& op_args) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < world; ++i) {
+    std::vector<std::string> extra = op_args;
+    extra.insert(extra.end(), {"--rank", std::to_string(i)});
+    pids.push_back(StartJoin(
+        cluster, i, world, inputs[i],
+        absl::StrCat(cluster.dir(), "/out-", i, ".safetensors"), "", extra));
+  }
+  for (pid_t pid : pids) EXPECT_EQ(WaitExit(pid), 0);
+  std::vector<SafetensorsFile> outputs;
+  for (int i = 0; i < world; ++i) {
+    auto out = SafetensorsFile::ReadFile(
+        absl::StrCat(cluster.dir(), "/out-", i, ".safetensors"));
+    EXPECT_TRUE(out.ok()) << out.status();
+    if (out.ok()) outputs.push_back(*std::move(out));
+  }
+  return outputs;
+}
+
+TEST(CliTest, BroadcastAllGatherVAndBytesOps) {
+  TestCluster cluster(ClusterOptions(3));
+  // broadcast --root 2: every output holds site 3's tensors.
+  std::vector<std::vector<std::vector<uint8_t>>> bytes(3);
+  std::vector<std::string> inputs;
+  for (int i = 0; i < 3; ++i) {
+    inputs.push_back(WriteInput(
+        cluster, i, {{"w", DType::kF32, {5, 3}}, {"b", DType::kI64, {2}}},
+        &bytes[i]));
+  }
+  for (const SafetensorsFile& out :
+       JoinAll(cluster, 3, inputs, {"--op", "broadcast", "--root", "2"})) {
+    ASSERT_EQ(out.tensors().size(), 2u);
+    EXPECT_EQ(out.metadata().at("fedgather.op"), "broadcast");
+    for (const SafetensorsEntry& entry : out.tensors()) {
+      const int t = entry.spec.name == "w" ? 0 : 1;
+      EXPECT_EQ(entry.spec.shape, (t == 0 ? std::vector<int64_t>{5, 3}
+                                          : std::vector<int64_t>{2}));
+      EXPECT_EQ(std::vector<uint8_t>(entry.data.begin(), entry.data.end()),
+                bytes[2][t]);
+    }
+  }
+  // all_gather_v: rank i sends i + 1 rows; the output joins them exactly.
+  std::vector<std::vector<std::vector<uint8_t>>> rows(3);
+  inputs.clear();
+  for (int i = 0; i < 3; ++i) {
+    inputs.push_back(
+        WriteInput(cluster, i, {{"x", DType::kI32, {i + 1, 2}}}, &rows[i]));
+  }
+  std::vector<uint8_t> joined;
+  for (int i = 0; i < 3; ++i) {
+    joined.insert(joined.end(), rows[i][0].begin(), rows[i][0].end());
+  }
+  for (const SafetensorsFile& out :
+       JoinAll(cluster, 3, inputs, {"--op", "all_gather_v"})) {
+    ASSERT_EQ(out.tensors().size(), 1u);
+    EXPECT_EQ(out.tensors()[0].spec.shape, (std::vector<int64_t>{6, 2}));
+    EXPECT_EQ(out.metadata().at("fedgather.split.x"), "1,2,3");
+    EXPECT_EQ(std::vector<uint8_t>(out.tensors()[0].data.begin(),
+                                   out.tensors()[0].data.end()),
+              joined);
+  }
+  // all_gather_bytes: any file; the output holds every rank's bytes.
+  inputs.clear();
+  std::vector<std::string> blobs;
+  for (int i = 0; i < 3; ++i) {
+    blobs.push_back(std::string(i * 10, static_cast<char>('a' + i)));
+    inputs.push_back(absl::StrCat(cluster.dir(), "/blob-", i));
+    ASSERT_TRUE(WriteStringToFile(inputs.back(), blobs.back()).ok());
+  }
+  for (const SafetensorsFile& out :
+       JoinAll(cluster, 3, inputs, {"--op", "all_gather_bytes"})) {
+    ASSERT_EQ(out.tensors().size(), 3u);
+    for (const SafetensorsEntry& entry : out.tensors()) {
+      const int r = entry.spec.name.back() - '0';
+      EXPECT_EQ(std::string(entry.data.begin(), entry.data.end()), blobs[r]);
+    }
+  }
 }
 
 TEST(CliTest, FourParticipantsGatherTheirFiles) {

@@ -185,10 +185,11 @@ class RoundTest : public ::testing::Test {
   }
 
   absl::Status Attach(Round& round, int rank, v1::Op op = v1::ALL_GATHER,
-                      const Fingerprint& fingerprint = TwoFloats()) {
+                      const Fingerprint& fingerprint = TwoFloats(),
+                      uint32_t root = 0) {
     PendingCallbacks callbacks;
     absl::Status status = round.Attach(
-        rank, "ipv4:127.0.0.1:1", op, fingerprint,
+        rank, "ipv4:127.0.0.1:1", op, root, fingerprint,
         HeaderFrame(rank, op, fingerprint), streams_[rank], &callbacks);
     callbacks.Run();
     return status;
@@ -709,6 +710,60 @@ TEST_F(RoundTest, WorldSizeOneCompletesWithItsOwnContribution) {
 TEST_F(RoundTest, DescribeNamesTheRound) {
   std::unique_ptr<Round> round = MakeRound(2);
   EXPECT_EQ(round->Describe(), "group 'demo' epoch 1 seq 0");
+}
+
+}  // namespace
+}  // namespace fedgather::server
+
+namespace fedgather::server {
+namespace {
+
+TEST_F(RoundTest, BroadcastForwardsOnlyTheRootsFramesToTheOthers) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(Attach(*round, r, v1::BROADCAST, TwoFloats(), /*root=*/1).ok());
+  }
+  EXPECT_TRUE(Offer(*round, 1, 0));
+  EXPECT_TRUE(Offer(*round, 1, 1));
+  {
+    // The non-roots send nothing: their contributions are empty.
+    PendingCallbacks callbacks;
+    round->EndContribution(0, Sha256().Finish(), &callbacks);
+    round->EndContribution(2, Sha256().Finish(), &callbacks);
+  }
+  End(*round, 1);
+  PumpAll(*round);
+  for (int r : {0, 2}) {
+    EXPECT_THAT(received_[r].log, ElementsAre("header 1", "chunk 1 t0 @0",
+                                              "chunk 1 t0 @4", "commit"));
+    EXPECT_EQ(received_[r].data_by_rank[1], payloads_[1]);
+  }
+  // The root gets only the commit, which lists empty contributions for the
+  // others.
+  EXPECT_THAT(received_[1].log, ElementsAre("commit"));
+  ASSERT_TRUE(received_[1].committed);
+  EXPECT_EQ(received_[1].commit.contributions(0).bytes(), 0u);
+  EXPECT_EQ(received_[1].commit.contributions(1).bytes(), 8u);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+}
+
+TEST_F(RoundTest, BroadcastRootsThatDisagreeFailEveryRank) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  ASSERT_TRUE(Attach(*round, 0, v1::BROADCAST, TwoFloats(), 2).ok());
+  const absl::Status mismatch =
+      Attach(*round, 1, v1::BROADCAST, TwoFloats(), 1);
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(mismatch.message(),
+            "group 'demo' epoch 1 seq 0 (BROADCAST): rank 1 (site-b) names "
+            "root 1 but rank 0 (site-a) names root 2");
+  ExpectAllFinishedWith(*round, mismatch);
+
+  std::unique_ptr<Round> out_of_range = MakeRound(2);
+  const absl::Status bad =
+      Attach(*out_of_range, 0, v1::BROADCAST, TwoFloats(), 2);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()),
+              HasSubstr("root 2, out of range for world size 2"));
 }
 
 }  // namespace

@@ -118,7 +118,10 @@ absl::Status DecodeChunk(CodedInputStream& in, uint32_t length,
 
 }  // namespace
 
-grpc::ByteBuffer EncodeChunkFrame(const ChunkMeta& meta, const void* data) {
+namespace {
+
+// ChunkFrame prefixes `payload` (meta.size bytes) with the chunk's framing.
+grpc::ByteBuffer ChunkFrame(const ChunkMeta& meta, grpc::Slice payload) {
   const size_t fields = CodedOutputStream::VarintSize32(kRankTag) +
                         CodedOutputStream::VarintSize32(meta.rank) +
                         CodedOutputStream::VarintSize32(kTensorTag) +
@@ -142,9 +145,25 @@ grpc::ByteBuffer EncodeChunkFrame(const ChunkMeta& meta, const void* data) {
   p = CodedOutputStream::WriteVarint64ToArray(meta.size, p);
   grpc::Slice slices[2] = {
       grpc::Slice(prefix, static_cast<size_t>(p - prefix)),
-      grpc::Slice(const_cast<void*>(data), meta.size, &NoopUnref, nullptr),
+      std::move(payload),
   };
   return grpc::ByteBuffer(slices, meta.size > 0 ? 2 : 1);
+}
+
+void DeleteString(void* string) { delete static_cast<std::string*>(string); }
+
+}  // namespace
+
+grpc::ByteBuffer EncodeChunkFrame(const ChunkMeta& meta, const void* data) {
+  return ChunkFrame(meta, grpc::Slice(const_cast<void*>(data), meta.size,
+                                      &NoopUnref, nullptr));
+}
+
+grpc::ByteBuffer EncodeOwnedChunkFrame(ChunkMeta meta, std::string data) {
+  meta.size = data.size();
+  auto* owned = new std::string(std::move(data));
+  return ChunkFrame(meta, grpc::Slice(owned->data(), owned->size(),
+                                      &DeleteString, owned));
 }
 
 grpc::ByteBuffer EncodeFrame(const v1::CollectiveFrame& frame) {

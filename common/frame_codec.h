@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,6 +43,10 @@ class ChunkSink {
 // at `data` without copying. `data` must stay valid and unchanged until the
 // RPC that sends the buffer has finished.
 grpc::ByteBuffer EncodeChunkFrame(const ChunkMeta& meta, const void* data);
+
+// EncodeOwnedChunkFrame is EncodeChunkFrame for bytes the buffer owns (and
+// frees with its last reference); meta.size is taken from `data`.
+grpc::ByteBuffer EncodeOwnedChunkFrame(ChunkMeta meta, std::string data);
 
 // EncodeFrame serializes a small frame (header, end, commit).
 grpc::ByteBuffer EncodeFrame(const v1::CollectiveFrame& frame);

@@ -35,12 +35,19 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
     }
     header->set_root(static_cast<uint32_t>(setup_.root));
   }
+  if (setup_.op == v1::ALL_REDUCE) {
+    header->set_reduce(setup_.reduce);
+    header->set_weight(setup_.weight);
+  }
   for (const ConstHostTensor& input : inputs_)
     fingerprint_.push_back(input.spec);
   FingerprintToProto(fingerprint_, header->mutable_tensors());
   // The server applies the same checks; failing here sends nothing.
   FG_RETURN_IF_ERROR(FingerprintFromProto(header->tensors(), "input").status());
   FG_RETURN_IF_ERROR(CheckFingerprintForOp(setup_.op, fingerprint_, "input"));
+  if (setup_.op == v1::ALL_REDUCE) {
+    FG_RETURN_IF_ERROR(CheckReducible(setup_.reduce, fingerprint_));
+  }
   // A BROADCAST's non-root sends its header only.
   if (!Sends(setup_.rank)) write_tensor_ = inputs_.size();
   for (const ConstHostTensor& input : inputs_) {
@@ -52,7 +59,20 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
     }
   }
   parts_.resize(setup_.world_size);
-  for (size_t i = 0; i < inputs_.size(); ++i) {
+  if (setup_.op == v1::ALL_REDUCE) {
+    // Nothing of this rank's goes to the target; the result does.
+    Part& result = parts_.emplace_back();
+    result.fingerprint = fingerprint_;
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      FG_ASSIGN_OR_RETURN(uint8_t * dest,
+                          target_->Place(setup_.world_size, static_cast<int>(i),
+                                         inputs_[i].spec));
+      result.dest.push_back(dest);
+    }
+    result.sequence.emplace(result.fingerprint, setup_.max_chunk_bytes);
+    result.have_header = true;
+  }
+  for (size_t i = 0; i < inputs_.size() && setup_.op != v1::ALL_REDUCE; ++i) {
     FG_ASSIGN_OR_RETURN(
         uint8_t * own,
         target_->Place(setup_.rank, static_cast<int>(i), inputs_[i].spec));
@@ -151,7 +171,8 @@ absl::Status CollectiveCall::HandleFrame() {
 absl::Status CollectiveCall::HandleHeader(const v1::CollectiveHeader& header) {
   const int r = static_cast<int>(header.rank());
   if (header.rank() >= static_cast<uint32_t>(setup_.world_size) ||
-      r == setup_.rank || parts_[r].have_header || !Sends(r)) {
+      r == setup_.rank || parts_[r].have_header || !Sends(r) ||
+      setup_.op == v1::ALL_REDUCE) {
     return absl::InternalError(absl::StrCat(
         "protocol error: unexpected header for rank ", header.rank()));
   }
@@ -178,8 +199,8 @@ absl::Status CollectiveCall::HandleHeader(const v1::CollectiveHeader& header) {
 
 absl::Status CollectiveCall::DownloadSink::Begin(const ChunkMeta& meta) {
   const int r = static_cast<int>(meta.rank);
-  if (meta.rank >= static_cast<uint32_t>(call_->setup_.world_size) ||
-      r == call_->setup_.rank || !call_->parts_[r].have_header) {
+  if (meta.rank >= call_->parts_.size() || r == call_->setup_.rank ||
+      !call_->parts_[r].have_header) {
     return absl::InternalError(absl::StrCat("protocol error: chunk for rank ",
                                             meta.rank, " before its header"));
   }
@@ -218,6 +239,8 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
     Sha256Digest received = own_digest_;
     if (!Sends(r)) {
       received = Sha256().Finish();  // it sent nothing
+    } else if (setup_.op == v1::ALL_REDUCE && r != setup_.rank) {
+      continue;  // its bytes went into the result, checked below
     } else if (r != setup_.rank) {
       Part& part = parts_[r];
       if (!part.have_header) {
@@ -235,6 +258,24 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
       return absl::DataLossError(
           absl::StrCat("rank ", r, " (", entry.identity(),
                        "): the received bytes hash to ", DigestToHex(received),
+                       " but the commit says ", DigestToHex(committed)));
+    }
+  }
+  if (setup_.op == v1::ALL_REDUCE) {
+    Part& result = parts_[setup_.world_size];
+    Sha256Digest committed;
+    if (!DigestFromBytes(commit.result_sha256(), &committed)) {
+      return absl::DataLossError("the commit carries no result digest");
+    }
+    if (absl::Status complete = result.sequence->CheckComplete();
+        !complete.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("the result is incomplete: ", complete.message()));
+    }
+    const Sha256Digest received = result.hasher.Finish();
+    if (received != committed) {
+      return absl::DataLossError(
+          absl::StrCat("the received result hashes to ", DigestToHex(received),
                        " but the commit says ", DigestToHex(committed)));
     }
   }

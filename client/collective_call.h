@@ -37,7 +37,8 @@ namespace fedgather {
 // ReceiveTarget says where each rank's tensors go. Place is called once per
 // (rank, tensor), this rank included, from a gRPC thread, when the rank's
 // header has arrived and before any of that tensor's bytes; it returns memory
-// of ByteSize(spec) bytes, or an error that fails the call.
+// of ByteSize(spec) bytes, or an error that fails the call. For ALL_REDUCE
+// it is called only for the result, with rank == world size, from Start.
 class ReceiveTarget {
  public:
   virtual ~ReceiveTarget() = default;
@@ -55,6 +56,8 @@ struct CollectiveSetup {
   int world_size = 1;
   int64_t max_chunk_bytes = 1 << 20;
   int root = 0;  // BROADCAST: the rank that sends; the others only receive
+  v1::ReduceOp reduce = v1::REDUCE_UNSPECIFIED;  // ALL_REDUCE
+  double weight = 1;  // ALL_REDUCE WEIGHTED_MEAN: this rank's example count
 };
 
 class CollectiveCall
@@ -124,7 +127,9 @@ class CollectiveCall
 
   // Read path (one read in flight).
   grpc::ByteBuffer read_buffer_;
-  std::vector<Part> parts_;  // by rank; this rank's entry is unused
+  // By rank; this rank's entry is unused. ALL_REDUCE has one more, at index
+  // world size: the result.
+  std::vector<Part> parts_;
   bool committed_ = false;
 
   absl::Mutex mu_;

@@ -1,5 +1,7 @@
 #include "client/group.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
@@ -41,8 +43,9 @@ class AllocatedTarget : public ReceiveTarget {
   const Group::PartAllocator& allocate_;
 };
 
-// Places the root's tensors in the caller's tensors (a BROADCAST receives
-// only the root's part; this rank's own part is the same memory).
+// Places the one part a rank receives in the caller's tensors: the root's
+// for a BROADCAST (this rank's own part is the same memory), the result for
+// an ALL_REDUCE.
 class BroadcastTarget : public ReceiveTarget {
  public:
   explicit BroadcastTarget(absl::Span<const MutableHostTensor> tensors)
@@ -56,6 +59,12 @@ class BroadcastTarget : public ReceiveTarget {
  private:
   absl::Span<const MutableHostTensor> tensors_;
 };
+
+CollectiveSetup Setup(v1::Op op) {
+  CollectiveSetup setup;
+  setup.op = op;
+  return setup;
+}
 
 }  // namespace
 
@@ -140,22 +149,20 @@ void Group::RunSession() {
   }
 }
 
-absl::Status Group::Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
-                        ReceiveTarget* target, const CollectiveOptions& options,
-                        int root) {
+absl::Status Group::Run(CollectiveSetup setup,
+                        absl::Span<const ConstHostTensor> inputs,
+                        ReceiveTarget* target,
+                        const CollectiveOptions& options) {
   {
     absl::MutexLock lock(&mu_);
     if (!session_status_.ok()) return session_status_;
   }
-  CollectiveSetup setup;
   setup.group = name_;
   setup.epoch = epoch_;
   setup.seq = next_seq_;
-  setup.op = op;
   setup.rank = rank_;
   setup.world_size = world_size_;
   setup.max_chunk_bytes = max_chunk_bytes_;
-  setup.root = root;
   CollectiveCall call(setup, inputs, target);
   FG_RETURN_IF_ERROR(call.Start(&generic_stub_));
   // The header is on its way: this seq is spent whatever the outcome.
@@ -188,14 +195,14 @@ absl::Status Group::AllGatherInto(absl::Span<const ConstHostTensor> inputs,
     part_bytes.push_back(bytes);
   }
   StackedTarget target(outputs, std::move(part_bytes));
-  return Run(v1::ALL_GATHER, inputs, &target, options);
+  return Run(Setup(v1::ALL_GATHER), inputs, &target, options);
 }
 
 absl::Status Group::AllGatherV(absl::Span<const ConstHostTensor> inputs,
                                const PartAllocator& allocate,
                                const CollectiveOptions& options) {
   AllocatedTarget target(allocate);
-  return Run(v1::ALL_GATHER_V, inputs, &target, options);
+  return Run(Setup(v1::ALL_GATHER_V), inputs, &target, options);
 }
 
 absl::StatusOr<std::vector<std::string>> Group::AllGatherBytes(
@@ -210,7 +217,8 @@ absl::StatusOr<std::vector<std::string>> Group::AllGatherBytes(
     return gathered[rank].data();
   };
   AllocatedTarget target(allocate);
-  FG_RETURN_IF_ERROR(Run(v1::ALL_GATHER_BYTES, {&input, 1}, &target, options));
+  FG_RETURN_IF_ERROR(
+      Run(Setup(v1::ALL_GATHER_BYTES), {&input, 1}, &target, options));
   return gathered;
 }
 
@@ -226,7 +234,42 @@ absl::Status Group::Broadcast(absl::Span<const MutableHostTensor> tensors,
     inputs.push_back({t.spec, t.data});
   }
   BroadcastTarget target(tensors);
-  return Run(v1::BROADCAST, inputs, &target, options, root);
+  CollectiveSetup setup = Setup(v1::BROADCAST);
+  setup.root = root;
+  return Run(setup, inputs, &target, options);
+}
+
+absl::Status Group::AllReduce(absl::Span<const ConstHostTensor> inputs,
+                              absl::Span<const MutableHostTensor> outputs,
+                              v1::ReduceOp op, double weight,
+                              const CollectiveOptions& options) {
+  if (inputs.size() != outputs.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        inputs.size(), " inputs but ", outputs.size(), " outputs"));
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (outputs[i].spec != inputs[i].spec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output ", i, " is ", SpecToString(outputs[i].spec),
+                       " but must be ", SpecToString(inputs[i].spec)));
+    }
+    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(inputs[i].spec));
+    if (bytes > 0 && outputs[i].data == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("output '", inputs[i].spec.name, "' has no memory"));
+    }
+  }
+  if (op == v1::WEIGHTED_MEAN && !(weight > 0 && std::isfinite(weight))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight ", weight, " must be a positive example count"));
+  }
+  // Outputs may alias inputs: every input byte is sent before the result,
+  // which needs every rank's bytes, can arrive.
+  BroadcastTarget target(outputs);
+  CollectiveSetup setup = Setup(v1::ALL_REDUCE);
+  setup.reduce = op;
+  setup.weight = weight;
+  return Run(setup, inputs, &target, options);
 }
 
 }  // namespace fedgather

@@ -96,6 +96,18 @@ class Group {
   absl::Status Broadcast(absl::Span<const MutableHostTensor> tensors, int root,
                          const CollectiveOptions& options = {});
 
+  // AllReduce reduces every rank's `inputs` element-wise with `op` on the
+  // server, as the chunks arrive, and writes the result into `outputs`
+  // (outputs[i] has inputs[i]'s spec; it may be the same memory). `weight`
+  // is this rank's example count for WEIGHTED_MEAN (FedAvg); it must be
+  // positive. Floating tensors accumulate in fp32 (fp64 for F64), integers
+  // exactly; MEAN and WEIGHTED_MEAN take floating tensors only and BOOL
+  // cannot be reduced (INVALID_ARGUMENT on every rank).
+  absl::Status AllReduce(absl::Span<const ConstHostTensor> inputs,
+                         absl::Span<const MutableHostTensor> outputs,
+                         v1::ReduceOp op, double weight = 1,
+                         const CollectiveOptions& options = {});
+
   // torch adapter (fg_client_torch). Inputs must be contiguous CPU tensors.
   // AllGather returns [world, *shape].
   absl::StatusOr<at::Tensor> AllGather(const at::Tensor& input,
@@ -110,6 +122,14 @@ class Group {
   // AllGatherV returns each rank's part at its own size, in rank order.
   absl::StatusOr<std::vector<at::Tensor>> AllGatherV(
       const at::Tensor& input, const CollectiveOptions& options = {});
+  // AllReduce returns the reduction of every rank's `input` (a new tensor of
+  // its shape and dtype); over a name -> tensor map, name -> result.
+  absl::StatusOr<at::Tensor> AllReduce(const at::Tensor& input, v1::ReduceOp op,
+                                       double weight = 1,
+                                       const CollectiveOptions& options = {});
+  absl::StatusOr<std::map<std::string, at::Tensor>> AllReduce(
+      const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
+      double weight = 1, const CollectiveOptions& options = {});
   // Broadcast overwrites `tensor` (contiguous, CPU) on every rank but `root`
   // with the root's, in place, as torch.distributed.broadcast does.
   absl::Status Broadcast(at::Tensor& tensor, int root,
@@ -122,9 +142,11 @@ class Group {
   // Join writes the join request and blocks until the group forms.
   absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout);
   void RunSession();
-  absl::Status Run(v1::Op op, absl::Span<const ConstHostTensor> inputs,
-                   ReceiveTarget* target, const CollectiveOptions& options,
-                   int root = 0);
+  // Run runs one collective; `setup` gives root, reduce and weight where
+  // the op uses them (the rest is filled in here).
+  absl::Status Run(CollectiveSetup setup,
+                   absl::Span<const ConstHostTensor> inputs,
+                   ReceiveTarget* target, const CollectiveOptions& options);
 
   std::unique_ptr<v1::Rendezvous::Stub> stub_;
   grpc::GenericStub generic_stub_;

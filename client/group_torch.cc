@@ -190,4 +190,36 @@ absl::Status Group::Broadcast(at::Tensor& tensor, int root,
   }
 }
 
+absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllReduce(
+    const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
+    double weight, const CollectiveOptions& options) {
+  try {
+    std::vector<ConstHostTensor> views;
+    std::vector<MutableHostTensor> outs;
+    std::map<std::string, at::Tensor> result;
+    for (const auto& [name, tensor] : inputs) {
+      FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(name, tensor));
+      at::Tensor out = at::empty(tensor.sizes(), tensor.options());
+      outs.push_back(MutableHostTensor{view.spec, out.data_ptr()});
+      views.push_back(std::move(view));
+      result.emplace(name, std::move(out));
+    }
+    FG_RETURN_IF_ERROR(AllReduce(views, outs, op, weight, options));
+    return result;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<at::Tensor> Group::AllReduce(const at::Tensor& input,
+                                            v1::ReduceOp op, double weight,
+                                            const CollectiveOptions& options) {
+  FG_ASSIGN_OR_RETURN(
+      auto reduced,
+      AllReduce(std::map<std::string, at::Tensor>{{kSingleTensorName, input}},
+                op, weight, options));
+  return reduced.at(kSingleTensorName);
+}
+
 }  // namespace fedgather

@@ -170,6 +170,31 @@ absl::Status CheckFingerprintForOp(v1::Op op, const Fingerprint& fingerprint,
   return absl::OkStatus();
 }
 
+absl::Status CheckReducible(v1::ReduceOp op, const Fingerprint& fingerprint) {
+  if (op != v1::SUM && op != v1::MEAN && op != v1::MIN && op != v1::MAX &&
+      op != v1::WEIGHTED_MEAN) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ALL_REDUCE needs a reduction (SUM, MEAN, MIN, MAX or WEIGHTED_MEAN), "
+        "not ",
+        v1::ReduceOp_Name(op)));
+  }
+  for (const TensorSpec& spec : fingerprint) {
+    if (spec.dtype == DType::kBool) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", spec.name, "' is BOOL, which ALL_REDUCE cannot reduce"));
+    }
+    const bool floating =
+        spec.dtype == DType::kF32 || spec.dtype == DType::kF64 ||
+        spec.dtype == DType::kF16 || spec.dtype == DType::kBF16;
+    if ((op == v1::MEAN || op == v1::WEIGHTED_MEAN) && !floating) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          v1::ReduceOp_Name(op), " needs floating tensors, but tensor '",
+          spec.name, "' is ", DTypeName(spec.dtype), " (use SUM)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 std::string OpName(v1::Op op) { return v1::Op_Name(op); }
 
 }  // namespace fedgather

@@ -42,6 +42,11 @@ absl::StatusOr<int64_t> ContributionBytes(const Fingerprint& fingerprint);
 absl::Status CheckFingerprintForOp(v1::Op op, const Fingerprint& fingerprint,
                                    absl::string_view where);
 
+// CheckReducible checks that ALL_REDUCE can reduce every tensor of
+// `fingerprint` with `op`: a known op; no BOOL tensor; floating tensors only
+// for MEAN and WEIGHTED_MEAN. INVALID_ARGUMENT naming the tensor otherwise.
+absl::Status CheckReducible(v1::ReduceOp op, const Fingerprint& fingerprint);
+
 // CompareFingerprints checks that rank `other_rank`'s fingerprint agrees with
 // rank `first_rank`'s under `op`: equal for ALL_GATHER and BROADCAST; for
 // ALL_GATHER_V and ALL_GATHER_BYTES equal except in the first dimension (rank

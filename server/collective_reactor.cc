@@ -47,12 +47,16 @@ absl::Status CollectiveReactor::UploadSink::Begin(const ChunkMeta& meta) {
         absl::StrCat("a chunk names rank ", meta.rank,
                      " but the stream is rank ", reactor_->rank_));
   }
-  size_ = meta.size;
+  meta_ = meta;
+  if (reactor_->op_ == v1::ALL_REDUCE) bytes_.reserve(meta.size);
   return reactor_->sequence_->Accept(meta.tensor_index, meta.offset, meta.size);
 }
 
 void CollectiveReactor::UploadSink::Data(const uint8_t* data, size_t size) {
   reactor_->hasher_.Update(data, size);
+  if (reactor_->op_ == v1::ALL_REDUCE) {
+    bytes_.append(reinterpret_cast<const char*>(data), size);
+  }
 }
 
 void CollectiveReactor::OnReadDone(bool ok) {
@@ -72,7 +76,7 @@ void CollectiveReactor::OnReadDone(bool ok) {
   absl::StatusOr<v1::CollectiveFrame::KindCase> kind = DecodeFrame(
       read_buffer_, &frame, phase_ == Phase::kChunks ? &sink : nullptr);
   absl::StatusOr<bool> read_more =
-      kind.ok() ? HandleFrame(*kind, frame, sink.size(), &callbacks)
+      kind.ok() ? HandleFrame(*kind, frame, sink, &callbacks)
                 : absl::StatusOr<bool>(kind.status());
   if (!read_more.ok()) {
     RejectUpload(read_more.status(), &callbacks);
@@ -83,7 +87,7 @@ void CollectiveReactor::OnReadDone(bool ok) {
 
 absl::StatusOr<bool> CollectiveReactor::HandleFrame(
     v1::CollectiveFrame::KindCase kind, const v1::CollectiveFrame& frame,
-    uint64_t chunk_size, PendingCallbacks* callbacks) {
+    const UploadSink& chunk, PendingCallbacks* callbacks) {
   switch (phase_) {
     case Phase::kHeader:
       if (kind != v1::CollectiveFrame::kHeader) {
@@ -94,8 +98,14 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
     case Phase::kChunks:
       if (kind == v1::CollectiveFrame::kChunk) {
         group_->MemberAlive(epoch_, rank_, clock_());
-        return round()->OfferChunk(rank_, read_buffer_,
-                                   static_cast<int64_t>(chunk_size), callbacks);
+        if (op_ == v1::ALL_REDUCE) {
+          return round()->OfferReduceChunk(
+              rank_, chunk.meta(),
+              reinterpret_cast<const uint8_t*>(chunk.bytes().data()),
+              callbacks);
+        }
+        return round()->OfferChunk(
+            rank_, read_buffer_, static_cast<int64_t>(chunk.size()), callbacks);
       }
       if (kind == v1::CollectiveFrame::kEnd) {
         if (absl::Status complete = sequence_->CheckComplete();
@@ -143,7 +153,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
                    header.rank(), " header"));
   if (!fingerprint.ok()) return fingerprint.status();
   if (header.op() != v1::ALL_GATHER && header.op() != v1::ALL_GATHER_V &&
-      header.op() != v1::ALL_GATHER_BYTES && header.op() != v1::BROADCAST) {
+      header.op() != v1::ALL_GATHER_BYTES && header.op() != v1::BROADCAST &&
+      header.op() != v1::ALL_REDUCE) {
     return absl::UnimplementedError(absl::StrCat(
         "op ", OpName(header.op()), " is not supported by this server"));
   }
@@ -184,6 +195,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   upload_ = std::move(sent);
   sequence_.emplace(upload_, max_chunk_bytes_);  // keeps a reference
   rank_ = static_cast<int>(header.rank());
+  op_ = header.op();
   group_ = *group;
   epoch_ = header.epoch();
   {
@@ -191,8 +203,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     round_ = *found;
   }
   absl::Status attached =
-      (*found)->Attach(rank_, caller_.peer, header.op(), header.root(),
-                       fingerprint_, read_buffer_, weak_from_this(), callbacks);
+      (*found)->Attach(rank_, caller_.peer, header, fingerprint_, read_buffer_,
+                       weak_from_this(), callbacks);
   if (!attached.ok()) {
     {
       absl::MutexLock lock(&mu_);

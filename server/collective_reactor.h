@@ -58,11 +58,16 @@ class CollectiveReactor
     explicit UploadSink(CollectiveReactor* reactor) : reactor_(reactor) {}
     absl::Status Begin(const ChunkMeta& meta) override;
     void Data(const uint8_t* data, size_t size) override;
-    uint64_t size() const { return size_; }
+    uint64_t size() const { return meta_.size; }
+    const ChunkMeta& meta() const { return meta_; }
+    // The chunk's bytes, contiguous; kept only for ALL_REDUCE, whose round
+    // reduces them instead of forwarding the frame.
+    const std::string& bytes() const { return bytes_; }
 
    private:
     CollectiveReactor* reactor_;
-    uint64_t size_ = 0;
+    ChunkMeta meta_;
+    std::string bytes_;
   };
 
   CollectiveReactor(GroupRegistry* registry, AccessControl* access,
@@ -79,7 +84,7 @@ class CollectiveReactor
                                     PendingCallbacks* callbacks);
   absl::StatusOr<bool> HandleFrame(v1::CollectiveFrame::KindCase kind,
                                    const v1::CollectiveFrame& frame,
-                                   uint64_t chunk_size,
+                                   const UploadSink& chunk,
                                    PendingCallbacks* callbacks);
   // RejectUpload fails the round (or, before one, this stream) with a status
   // naming this rank.
@@ -105,6 +110,7 @@ class CollectiveReactor
   std::optional<ChunkSequence> sequence_;
   Sha256 hasher_;
   int rank_ = -1;  // set before the round can call back; then constant
+  v1::Op op_ = v1::OP_UNSPECIFIED;
   GroupState* group_ = nullptr;  // the round's group, for liveness
   uint64_t epoch_ = 0;
   // Set when access control already reported this stream's refusal.

@@ -226,35 +226,15 @@ std::string WithTraits(DType dtype, const Fn& fn) {
   return fn.template operator()<Plain<uint8_t, int64_t>>();
 }
 
-bool IsFloating(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 ||
-         dtype == DType::kBF16;
-}
-
 }  // namespace
 
 std::string ReduceOpName(v1::ReduceOp op) { return v1::ReduceOp_Name(op); }
 
 absl::StatusOr<std::unique_ptr<Reducer>> Reducer::Create(
     v1::ReduceOp op, const Fingerprint& fingerprint, int world_size) {
-  if (op != v1::SUM && op != v1::MEAN && op != v1::MIN && op != v1::MAX &&
-      op != v1::WEIGHTED_MEAN) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ALL_REDUCE needs a reduction (SUM, MEAN, MIN, MAX or WEIGHTED_MEAN), "
-        "not ",
-        ReduceOpName(op)));
-  }
-  for (const TensorSpec& spec : fingerprint) {
-    if (spec.dtype == DType::kBool) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor '", spec.name, "' is BOOL, which ALL_REDUCE cannot reduce"));
-    }
-    if ((op == v1::MEAN || op == v1::WEIGHTED_MEAN) &&
-        !IsFloating(spec.dtype)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          ReduceOpName(op), " needs floating tensors, but tensor '", spec.name,
-          "' is ", DTypeName(spec.dtype), " (use SUM)"));
-    }
+  if (absl::Status reducible = CheckReducible(op, fingerprint);
+      !reducible.ok()) {
+    return reducible;
   }
   return std::unique_ptr<Reducer>(new Reducer(op, fingerprint, world_size));
 }

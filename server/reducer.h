@@ -34,9 +34,9 @@ namespace fedgather::server {
 
 class Reducer {
  public:
-  // Create checks that `op` can reduce every tensor of `fingerprint`:
-  // INVALID_ARGUMENT naming the tensor and its dtype otherwise, or for an
-  // unspecified op.
+  // Create checks that `op` can reduce every tensor of `fingerprint`
+  // (CheckReducible): INVALID_ARGUMENT naming the tensor and its dtype
+  // otherwise, or for an unspecified op.
   static absl::StatusOr<std::unique_ptr<Reducer>> Create(
       v1::ReduceOp op, const Fingerprint& fingerprint, int world_size);
 

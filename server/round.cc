@@ -1,5 +1,7 @@
 #include "server/round.h"
 
+#include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,8 +68,40 @@ void Round::WakeAll(PendingCallbacks* callbacks) {
   }
 }
 
-absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
-                           uint32_t root, const Fingerprint& fingerprint,
+absl::Status Round::CheckHeaderLocked(int rank,
+                                      const v1::CollectiveHeader& header,
+                                      const Fingerprint& fingerprint) const {
+  const v1::Op op = header.op();
+  if (op != op_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " called ", OpName(op), " but ",
+        RankName(first_rank_), " called ", OpName(op_),
+        "; the ranks are calling collectives in a different order"));
+  }
+  if (op_ == v1::BROADCAST && header.root() != root_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(), " (BROADCAST): ", RankName(rank), " names root ",
+        header.root(), " but ", RankName(first_rank_), " names root ", root_));
+  }
+  if (op_ == v1::ALL_REDUCE && header.reduce() != reduce_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), " (ALL_REDUCE): ", RankName(rank),
+                     " reduces with ", ReduceOpName(header.reduce()), " but ",
+                     RankName(first_rank_), " with ", ReduceOpName(reduce_)));
+  }
+  if (absl::Status same = CompareFingerprints(
+          op_, first_rank_, first_fingerprint_, rank, fingerprint);
+      !same.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), " (", OpName(op_), "): ", same.message(), "; ",
+                     RankName(rank), ", ", RankName(first_rank_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Round::Attach(int rank, const std::string& peer,
+                           const v1::CollectiveHeader& header,
+                           const Fingerprint& fingerprint,
                            grpc::ByteBuffer header_frame,
                            std::weak_ptr<RoundStream> stream,
                            PendingCallbacks* callbacks) {
@@ -83,40 +117,44 @@ absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
         absl::StrCat(Describe(), ": ", RankName(rank),
                      " already has a stream in this round"));
   }
-  if (first_rank_ < 0) {
-    if (op == v1::BROADCAST && root >= static_cast<uint32_t>(world_)) {
-      const absl::Status bad = absl::InvalidArgumentError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " broadcasts from root ", root,
-          ", out of range for world size ", world_));
-      FailLocked(bad, callbacks);
-      return bad;
+  absl::Status valid = absl::OkStatus();
+  if (first_rank_ >= 0) {
+    valid = CheckHeaderLocked(rank, header, fingerprint);
+  } else if (header.op() == v1::BROADCAST &&
+             header.root() >= static_cast<uint32_t>(world_)) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": ", RankName(rank), " broadcasts from root ",
+                     header.root(), ", out of range for world size ", world_));
+  } else if (header.op() == v1::ALL_REDUCE) {
+    absl::StatusOr<std::unique_ptr<Reducer>> reducer =
+        Reducer::Create(header.reduce(), fingerprint, world_);
+    if (reducer.ok()) {
+      reducer_ = *std::move(reducer);
+      weights_.assign(world_, 1.0);
+    } else {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          Describe(), ": ", RankName(rank), ": ", reducer.status().message()));
     }
-    op_ = op;
-    root_ = root;
+  }
+  if (valid.ok() && header.op() == v1::ALL_REDUCE &&
+      header.reduce() == v1::WEIGHTED_MEAN &&
+      !(header.weight() > 0 && std::isfinite(header.weight()))) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " declares weight ", header.weight(),
+        "; WEIGHTED_MEAN needs a positive example count"));
+  }
+  if (!valid.ok()) {
+    FailLocked(valid, callbacks);
+    return valid;
+  }
+  if (first_rank_ < 0) {
+    op_ = header.op();
+    root_ = header.root();
+    reduce_ = header.reduce();
     first_rank_ = rank;
     first_fingerprint_ = fingerprint;
-  } else if (op != op_) {
-    const absl::Status mismatch = absl::FailedPreconditionError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " called ", OpName(op), " but ",
-        RankName(first_rank_), " called ", OpName(op_),
-        "; the ranks are calling collectives in a different order"));
-    FailLocked(mismatch, callbacks);
-    return mismatch;
-  } else if (op_ == v1::BROADCAST && root != root_) {
-    const absl::Status mismatch = absl::InvalidArgumentError(absl::StrCat(
-        Describe(), " (BROADCAST): ", RankName(rank), " names root ", root,
-        " but ", RankName(first_rank_), " names root ", root_));
-    FailLocked(mismatch, callbacks);
-    return mismatch;
-  } else if (absl::Status same = CompareFingerprints(
-                 op_, first_rank_, first_fingerprint_, rank, fingerprint);
-             !same.ok()) {
-    const absl::Status mismatch = absl::InvalidArgumentError(
-        absl::StrCat(Describe(), " (", OpName(op_), "): ", same.message(), "; ",
-                     RankName(rank), ", ", RankName(first_rank_)));
-    FailLocked(mismatch, callbacks);
-    return mismatch;
   }
+  if (op_ == v1::ALL_REDUCE) weights_[rank] = header.weight();
   state.attached = true;
   state.peer = peer;
   state.stream = std::move(stream);
@@ -126,8 +164,9 @@ absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
   started.bytes = state.expected_bytes;
   DeferEvent(options_.events, std::move(started), callbacks);
   // The header goes to every other rank ahead of this rank's chunks, so an
-  // ALL_GATHER_V receiver learns the part's shape before its bytes.
-  if (sends) {
+  // ALL_GATHER_V receiver learns the part's shape before its bytes. A
+  // broadcast's non-roots and an all_reduce's ranks need no one's header.
+  if (sends && op_ != v1::ALL_REDUCE) {
     const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
     Append(rank, std::move(header_frame), header_bytes, callbacks);
   }
@@ -137,12 +176,23 @@ absl::Status Round::Attach(int rank, const std::string& peer, v1::Op op,
 
 void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
                    PendingCallbacks* callbacks) {
-  if (world_ == 1) return;
-  log_.push_back(LogEntry{rank, std::move(frame), bytes, world_ - 1});
+  const int receivers = rank == kEveryRank ? world_ : world_ - 1;
+  if (receivers == 0) return;
+  log_.push_back(LogEntry{rank, std::move(frame), bytes, receivers});
   buffered_bytes_ += bytes;
   for (int r = 0; r < world_; ++r) {
     if (r != rank && ranks_[r].attached) Wake(r, callbacks);
   }
+}
+
+int64_t Round::HeldLocked() const {
+  return buffered_bytes_ + (reducer_ != nullptr ? reducer_->HeldBytes() : 0);
+}
+
+bool Round::PauseIfFullLocked(int rank) {
+  if (HeldLocked() < options_.max_buffered_bytes) return true;
+  ranks_[rank].read_paused = true;
+  return false;
 }
 
 bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
@@ -152,18 +202,38 @@ bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
   RankState& state = ranks_[rank];
   state.received_bytes += payload_bytes;
   Append(rank, std::move(frame), payload_bytes, callbacks);
-  if (buffered_bytes_ >= options_.max_buffered_bytes) {
-    state.read_paused = true;
-    return false;
+  return PauseIfFullLocked(rank);
+}
+
+bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
+                             const uint8_t* data, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished()) return false;
+  const int64_t size = static_cast<int64_t>(meta.size);
+  ranks_[rank].received_bytes += size;
+  const int64_t held_before = reducer_->HeldBytes();
+  std::optional<std::string> result =
+      reducer_->Add(rank, weights_[rank], static_cast<int>(meta.tensor_index),
+                    static_cast<int64_t>(meta.offset), data, size);
+  // A rank that only joined chunks another rank had started is behind: it
+  // must never wait, or the ranks ahead (waiting for it) never drain.
+  const bool behind = world_ > 1 && (result.has_value() ||
+                                     reducer_->HeldBytes() <= held_before);
+  if (result.has_value()) {
+    result_hasher_.Update(result->data(), result->size());
+    ChunkMeta out = meta;
+    out.rank = static_cast<uint32_t>(world_);  // the result's "rank"
+    Append(kEveryRank, EncodeOwnedChunkFrame(out, *std::move(result)), size,
+           callbacks);
   }
-  return true;
+  return behind || PauseIfFullLocked(rank);
 }
 
 void Round::Release(LogEntry& entry, PendingCallbacks* callbacks) {
   buffered_bytes_ -= entry.bytes;
   entry.bytes = 0;
   entry.frame.Clear();
-  if (buffered_bytes_ >= options_.max_buffered_bytes) return;
+  if (HeldLocked() >= options_.max_buffered_bytes) return;
   for (RankState& state : ranks_) {
     if (!state.read_paused) continue;
     state.read_paused = false;
@@ -188,8 +258,10 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   DeferEvent(options_.events, std::move(contributed), callbacks);
   if (++ended_count_ < world_) return;
   complete_ = true;
+  if (op_ == v1::ALL_REDUCE) result_digest_ = result_hasher_.Finish();
   commit_frame_ = CommitFrameLocked();
   ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
+  if (op_ == v1::ALL_REDUCE) committed.sha256_hex = DigestToHex(result_digest_);
   for (int r = 0; r < world_; ++r) {
     committed.contributions.push_back(ContributionDigest{
         r, options_.identities[r], DigestToHex(ranks_[r].digest),
@@ -217,6 +289,9 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
     digest->set_identity(options_.identities[r]);
     digest->set_sha256(ranks_[r].digest.data(), ranks_[r].digest.size());
     digest->set_bytes(ranks_[r].received_bytes);
+  }
+  if (op_ == v1::ALL_REDUCE) {
+    commit->set_result_sha256(result_digest_.data(), result_digest_.size());
   }
   return EncodeFrame(frame);
 }

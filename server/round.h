@@ -28,10 +28,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/fingerprint.h"
+#include "common/frame_codec.h"
 #include "common/sha256.h"
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/event_sink.h"
 #include "server/pending_callbacks.h"
+#include "server/reducer.h"
 
 namespace fedgather::server {
 
@@ -84,12 +86,17 @@ class Round {
   // FAILED_PRECONDITION, a different fingerprint INVALID_ARGUMENT, and either
   // fails the round on every rank. `header_frame` is forwarded to the other
   // ranks. Returns the round's failure when it has already failed.
-  // `peer` is the stream's address, for events. For BROADCAST every rank
-  // must name the same `root` (INVALID_ARGUMENT otherwise, failing the
-  // round); only the root's frames are forwarded, to every other rank, and
-  // the other ranks upload no bytes.
-  absl::Status Attach(int rank, const std::string& peer, v1::Op op,
-                      uint32_t root, const Fingerprint& fingerprint,
+  // `peer` is the stream's address, for events; `header` is the rank's
+  // header (op, root, reduce, weight). For BROADCAST every rank must name
+  // the same root (INVALID_ARGUMENT otherwise, failing the round); only the
+  // root's frames are forwarded, to every other rank, and the other ranks
+  // upload no bytes. For ALL_REDUCE every rank must name the same reduction
+  // (and a positive weight for WEIGHTED_MEAN); nothing a rank uploads is
+  // forwarded: the round reduces it (OfferReduceChunk) and every rank gets
+  // the result.
+  absl::Status Attach(int rank, const std::string& peer,
+                      const v1::CollectiveHeader& header,
+                      const Fingerprint& fingerprint,
                       grpc::ByteBuffer header_frame,
                       std::weak_ptr<RoundStream> stream,
                       PendingCallbacks* callbacks);
@@ -99,6 +106,15 @@ class Round {
   // now, false when it must wait for RoundStream::ResumeReading.
   bool OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                   PendingCallbacks* callbacks);
+
+  // OfferReduceChunk folds an ALL_REDUCE chunk of `rank` (`meta`, with
+  // meta.size bytes at `data`, which need not outlive the call) into the
+  // reduction; a chunk that every rank has now sent becomes a result frame
+  // for every rank. Returns as OfferChunk does, except that a rank sending
+  // a chunk that another rank already started never waits: only the ranks
+  // ahead are held back, so the slowest always catches up.
+  bool OfferReduceChunk(int rank, const ChunkMeta& meta, const uint8_t* data,
+                        PendingCallbacks* callbacks);
 
   // EndContribution records that `rank`'s upload is complete with `digest`.
   // When it is the last contribution the round completes and every stream is
@@ -167,9 +183,21 @@ class Round {
   bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return complete_ || !status_.ok();
   }
+  // HeldLocked is what counts against max_buffered_bytes: frames in the log
+  // and the reduction's accumulators.
+  int64_t HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CheckHeaderLocked checks a later rank's header against the first's.
+  absl::Status CheckHeaderLocked(int rank, const v1::CollectiveHeader& header,
+                                 const Fingerprint& fingerprint) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string RankName(int rank) const;
+  // Append adds a frame uploaded by `rank` for every other rank, or, with
+  // rank kEveryRank, a result frame for every rank.
   void Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
               PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PauseIfFullLocked pauses `rank`'s reading when the round holds too much.
+  bool PauseIfFullLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr int kEveryRank = -1;
   void Release(LogEntry& entry, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status, PendingCallbacks* callbacks)
@@ -189,6 +217,13 @@ class Round {
   v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
   int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
   uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;  // BROADCAST's sender
+  // ALL_REDUCE: the reduction, each rank's weight, the hash of the result
+  // frames in the order they were made.
+  v1::ReduceOp reduce_ ABSL_GUARDED_BY(mu_) = v1::REDUCE_UNSPECIFIED;
+  std::unique_ptr<Reducer> reducer_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> weights_ ABSL_GUARDED_BY(mu_);
+  Sha256 result_hasher_ ABSL_GUARDED_BY(mu_);
+  Sha256Digest result_digest_ ABSL_GUARDED_BY(mu_){};
   Fingerprint first_fingerprint_ ABSL_GUARDED_BY(mu_);
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   std::vector<LogEntry> log_ ABSL_GUARDED_BY(mu_);

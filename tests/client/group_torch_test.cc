@@ -1,9 +1,11 @@
 // The torch::Tensor adapter of Group, end to end over mutual TLS.
 #include <ATen/ATen.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -61,6 +63,149 @@ TEST(GroupTorchTest, AllGatherVariantsAndBroadcastMatchTorch) {
     // A non-contiguous input is refused locally with a clear error.
     auto strided = (*group)->AllGather(all[i].t());
     EXPECT_EQ(strided.status().code(), absl::StatusCode::kInvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace fedgather::testing
+
+namespace fedgather::testing {
+namespace {
+
+// Rank r's inputs for the all_reduce test: every dtype, a multi-chunk
+// tensor and an empty one. Seeds torch's shared generator: call it from one
+// thread.
+std::map<std::string, at::Tensor> ReduceInputs(int rank, bool floating_only) {
+  at::manual_seed(1000 + rank);
+  std::map<std::string, at::Tensor> in = {
+      {"f32", at::randn({5, 7}, at::kFloat)},
+      {"big", at::randn({700000}, at::kFloat)},  // about 2.7 MiB: 3 chunks
+      {"f64", at::randn({9}, at::kDouble)},
+      {"f16", at::randn({4, 4}, at::kFloat).to(at::kHalf)},
+      {"bf16", at::randn({33}, at::kFloat).to(at::kBFloat16)},
+      {"empty", at::empty({0, 3}, at::kFloat)}};
+  if (!floating_only) {
+    in["i64"] = at::randint(-1000000, 1000000, {6}, at::kLong);
+    in["i32"] = at::randint(-1000, 1000, {2, 3}, at::kInt);
+  }
+  return in;
+}
+
+// The reference: torch's own reduction in fp64, cast back to the dtype.
+at::Tensor Reference(const std::vector<at::Tensor>& parts, v1::ReduceOp op,
+                     const std::vector<double>& weights) {
+  const at::ScalarType dtype = parts[0].scalar_type();
+  const bool floating = at::isFloatingType(dtype);
+  at::Tensor stacked = at::stack(parts).to(floating ? at::kDouble : at::kLong);
+  at::Tensor out;
+  switch (op) {
+    case v1::SUM:
+      out = stacked.sum(0);
+      break;
+    case v1::MEAN:
+      out = stacked.mean(0);
+      break;
+    case v1::MIN:
+      out = std::get<0>(stacked.min(0));
+      break;
+    case v1::MAX:
+      out = std::get<0>(stacked.max(0));
+      break;
+    case v1::WEIGHTED_MEAN: {
+      at::Tensor w = at::tensor(weights, at::kDouble);
+      std::vector<int64_t> shape(stacked.dim(), 1);
+      shape[0] = static_cast<int64_t>(weights.size());
+      out = (stacked * w.reshape(shape)).sum(0) / w.sum();
+      break;
+    }
+    default:
+      break;
+  }
+  return out.to(dtype);
+}
+
+void ExpectMatches(const at::Tensor& got, const at::Tensor& want,
+                   const std::string& what) {
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  double rtol = 0, atol = 0;  // integers: exact
+  switch (got.scalar_type()) {
+    case at::kFloat:
+      rtol = 1e-5, atol = 1e-5;  // fp32 accumulation vs fp64
+      break;
+    case at::kDouble:
+      rtol = 1e-12, atol = 1e-12;
+      break;
+    case at::kHalf:
+      rtol = 2e-3, atol = 2e-3;  // one half ulp of the result
+      break;
+    case at::kBFloat16:
+      rtol = 1.6e-2, atol = 1.6e-2;  // one bfloat16 ulp
+      break;
+    default:
+      break;
+  }
+  if (rtol == 0) {
+    EXPECT_TRUE(at::equal(got, want)) << what;
+  } else {
+    EXPECT_TRUE(
+        at::allclose(got.to(at::kDouble), want.to(at::kDouble), rtol, atol))
+        << what << ": max difference "
+        << (got.to(at::kDouble) - want.to(at::kDouble))
+               .abs()
+               .max()
+               .item<double>();
+  }
+}
+
+class AllReduceTorchTest : public ::testing::TestWithParam<int> {};
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, AllReduceTorchTest,
+                         ::testing::Values(2, 3, 4));
+
+TEST_P(AllReduceTorchTest, EveryOpAndDtypeMatchesTorchsReduction) {
+  const int world = GetParam();
+  ClusterOptions options(world);
+  // A small round buffer: the reduction must hold back fast uploaders.
+  options.limits.max_buffered_bytes_per_round = 2 << 20;
+  TestCluster cluster(options);
+  std::vector<double> weights;
+  for (int r = 0; r < world; ++r) weights.push_back(r + 1.5);
+  // Made here, on one thread: torch's default generator is shared.
+  std::vector<std::map<std::string, at::Tensor>> all_inputs[2];
+  for (int floating_only = 0; floating_only < 2; ++floating_only) {
+    for (int r = 0; r < world; ++r) {
+      all_inputs[floating_only].push_back(ReduceInputs(r, floating_only));
+    }
+  }
+  RunRanks(world, [&](int i) {
+    std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(i));
+    auto group = client->Join({"demo", world, i, absl::Seconds(30)});
+    ASSERT_TRUE(group.ok()) << group.status();
+    // Integer means and BOOL tensors are refused locally, spending no seq
+    // (first, while every member is still in the group).
+    auto refused = (*group)->AllReduce(at::ones({2}, at::kLong), v1::MEAN);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(refused.status().message()),
+                ::testing::HasSubstr("MEAN needs floating tensors"));
+    auto boolean = (*group)->AllReduce(at::ones({2}, at::kBool), v1::MAX);
+    EXPECT_EQ(boolean.status().code(), absl::StatusCode::kInvalidArgument);
+    for (v1::ReduceOp op :
+         {v1::SUM, v1::MEAN, v1::MIN, v1::MAX, v1::WEIGHTED_MEAN}) {
+      const bool floating_only = op == v1::MEAN || op == v1::WEIGHTED_MEAN;
+      const std::vector<std::map<std::string, at::Tensor>>& all =
+          all_inputs[floating_only];
+      auto got = (*group)->AllReduce(all[i], op, weights[i]);
+      ASSERT_TRUE(got.ok()) << v1::ReduceOp_Name(op) << ": " << got.status();
+      ASSERT_EQ(got->size(), all[0].size());
+      for (const auto& [name, tensor] : all[0]) {
+        std::vector<at::Tensor> parts;
+        for (int r = 0; r < world; ++r) parts.push_back(all[r].at(name));
+        ExpectMatches(
+            got->at(name), Reference(parts, op, weights),
+            absl::StrCat("rank ", i, " ", v1::ReduceOp_Name(op), " ", name));
+      }
+    }
   });
 }
 

@@ -187,9 +187,13 @@ class RoundTest : public ::testing::Test {
   absl::Status Attach(Round& round, int rank, v1::Op op = v1::ALL_GATHER,
                       const Fingerprint& fingerprint = TwoFloats(),
                       uint32_t root = 0) {
+    v1::CollectiveHeader header;
+    header.set_op(op);
+    header.set_rank(rank);
+    header.set_root(root);
     PendingCallbacks callbacks;
     absl::Status status = round.Attach(
-        rank, "ipv4:127.0.0.1:1", op, root, fingerprint,
+        rank, "ipv4:127.0.0.1:1", header, fingerprint,
         HeaderFrame(rank, op, fingerprint), streams_[rank], &callbacks);
     callbacks.Run();
     return status;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -119,17 +120,45 @@ absl::StatusOr<Result> Broadcast(Group& group,
   return result;
 }
 
+absl::StatusOr<Result> AllReduce(Group& group,
+                                 absl::Span<const ConstHostTensor> inputs,
+                                 v1::ReduceOp op, double weight,
+                                 const CollectiveOptions& options) {
+  Result result;
+  std::vector<MutableHostTensor> outputs;
+  for (const ConstHostTensor& in : inputs) {
+    FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(in.spec));
+    uint8_t* data =
+        result.Add(in.spec, std::vector<uint8_t>(static_cast<size_t>(bytes)));
+    outputs.push_back(MutableHostTensor{in.spec, data});
+  }
+  FG_RETURN_IF_ERROR(group.AllReduce(inputs, outputs, op, weight, options));
+  return result;
+}
+
+absl::StatusOr<v1::ReduceOp> ParseReduce(const std::string& name) {
+  v1::ReduceOp op;
+  if (!v1::ReduceOp_Parse(absl::AsciiStrToUpper(name), &op) ||
+      op == v1::REDUCE_UNSPECIFIED) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reduce ", name,
+                     " is not one of sum, mean, min, max, weighted_mean"));
+  }
+  return op;
+}
+
 }  // namespace
 
 absl::Status RunJoin(const JoinCommandOptions& options) {
   const bool bytes_op = options.op == "all_gather_bytes";
   if (!bytes_op && options.op != "all_gather" && options.op != "all_gather_v" &&
-      options.op != "broadcast") {
+      options.op != "all_reduce" && options.op != "broadcast") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--op ", options.op,
         " is not one of all_gather, all_gather_v, all_gather_bytes, "
-        "broadcast"));
+        "all_reduce, broadcast"));
   }
+  FG_ASSIGN_OR_RETURN(const v1::ReduceOp reduce, ParseReduce(options.reduce));
   std::string raw_input;
   std::vector<ConstHostTensor> inputs;
   std::optional<SafetensorsFile> input;
@@ -163,6 +192,8 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
       : options.op == "all_gather_v" ? AllGatherV(*group, inputs, collective)
       : options.op == "broadcast"
           ? Broadcast(*group, inputs, options.root, collective)
+      : options.op == "all_reduce"
+          ? AllReduce(*group, inputs, reduce, options.weight, collective)
           : AllGather(*group, inputs, collective);
   if (!result.ok()) return result.status();
   const absl::Duration took = absl::Now() - start;

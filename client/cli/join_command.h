@@ -17,9 +17,13 @@ struct JoinCommandOptions {
   std::string group;
   int world_size = 0;
   std::optional<int> rank;
-  // all_gather, all_gather_v, all_gather_bytes or broadcast.
+  // all_gather, all_gather_v, all_gather_bytes, all_reduce or broadcast.
   std::string op = "all_gather";
-  int root = 0;        // broadcast: the rank whose tensors every rank gets
+  int root = 0;  // broadcast: the rank whose tensors every rank gets
+  // all_reduce: sum, mean, min, max or weighted_mean, and this rank's weight
+  // (its example count) for weighted_mean.
+  std::string reduce = "sum";
+  double weight = 1;
   std::string input;   // safetensors; for all_gather_bytes any file
   std::string output;  // safetensors, see RunJoin
   absl::Duration timeout = absl::Minutes(5);
@@ -33,6 +37,7 @@ struct JoinCommandOptions {
 //                     lists each rank's first dimension ("3,5,2")
 //   all_gather_bytes  the input file's bytes from every rank, as U8 tensors
 //                     "bytes.R"
+//   all_reduce        the reduction under each input name and shape
 //   broadcast         the root's tensors under each input name and shape
 // Its metadata maps "fedgather.rank.R" to the identity of rank R. Prints a
 // one-line summary to stdout. Blocks.

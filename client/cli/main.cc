@@ -79,9 +79,18 @@ int main(int argc, char** argv) {
   join_cmd
       ->add_option("--op", join.op,
                    "all_gather, all_gather_v, all_gather_bytes (the input is "
-                   "any file) or broadcast")
-      ->check(CLI::IsMember(
-          {"all_gather", "all_gather_v", "all_gather_bytes", "broadcast"}))
+                   "any file), all_reduce or broadcast")
+      ->check(CLI::IsMember({"all_gather", "all_gather_v", "all_gather_bytes",
+                             "all_reduce", "broadcast"}))
+      ->capture_default_str();
+  join_cmd
+      ->add_option("--reduce", join.reduce,
+                   "all_reduce: sum, mean, min, max or weighted_mean")
+      ->check(CLI::IsMember({"sum", "mean", "min", "max", "weighted_mean"}))
+      ->capture_default_str();
+  join_cmd
+      ->add_option("--weight", join.weight,
+                   "all_reduce weighted_mean: this site's example count")
       ->capture_default_str();
   join_cmd->add_option("--root", join.root, "broadcast: the sending rank")
       ->capture_default_str();

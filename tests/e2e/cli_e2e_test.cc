@@ -187,7 +187,7 @@ std::vector<SafetensorsFile> JoinAll(const TestCluster& cluster, int world,
   return outputs;
 }
 
-TEST(CliTest, BroadcastAllGatherVAndBytesOps) {
+TEST(CliTest, BroadcastAllGatherVAllReduceAndBytesOps) {
   TestCluster cluster(ClusterOptions(3));
   // broadcast --root 2: every output holds site 3's tensors.
   std::vector<std::vector<std::vector<uint8_t>>> bytes(3);
@@ -228,6 +228,36 @@ TEST(CliTest, BroadcastAllGatherVAndBytesOps) {
     EXPECT_EQ(std::vector<uint8_t>(out.tensors()[0].data.begin(),
                                    out.tensors()[0].data.end()),
               joined);
+  }
+  // all_reduce --reduce weighted_mean --weight W: site i holds x = i + 1
+  // everywhere and weighs 10 * (i + 1), so the result is sum(w x) / sum(w).
+  inputs.clear();
+  std::vector<std::vector<double>> values(3);
+  for (int i = 0; i < 3; ++i) {
+    values[i].assign(4, i + 1.0);
+    inputs.push_back(absl::StrCat(cluster.dir(), "/reduce-", i, ".st"));
+    const ConstHostTensor view{{"w", DType::kF64, {4}}, values[i].data()};
+    ASSERT_TRUE(WriteSafetensorsFile(inputs.back(), {&view, 1}, {}).ok());
+  }
+  std::vector<pid_t> pids;
+  for (int i = 0; i < 3; ++i) {
+    pids.push_back(StartJoin(
+        cluster, i, 3, inputs[i],
+        absl::StrCat(cluster.dir(), "/out-", i, ".safetensors"), "",
+        {"--op", "all_reduce", "--reduce", "weighted_mean", "--weight",
+         std::to_string(10 * (i + 1)), "--rank", std::to_string(i)}));
+  }
+  for (pid_t pid : pids) EXPECT_EQ(WaitExit(pid), 0);
+  const double want = (10 * 1 + 20 * 2 + 30 * 3) / 60.0;
+  for (int i = 0; i < 3; ++i) {
+    auto out = SafetensorsFile::ReadFile(
+        absl::StrCat(cluster.dir(), "/out-", i, ".safetensors"));
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->tensors().size(), 1u);
+    EXPECT_EQ(out->tensors()[0].spec.shape, (std::vector<int64_t>{4}));
+    std::vector<double> got(4);
+    std::memcpy(got.data(), out->tensors()[0].data.data(), 32);
+    for (double g : got) EXPECT_NEAR(g, want, 1e-12);
   }
   // all_gather_bytes: any file; the output holds every rank's bytes.
   inputs.clear();

@@ -772,3 +772,124 @@ TEST_F(RoundTest, BroadcastRootsThatDisagreeFailEveryRank) {
 
 }  // namespace
 }  // namespace fedgather::server
+
+namespace fedgather::server {
+namespace {
+
+class ReduceRoundTest : public RoundTest {
+ protected:
+  absl::Status AttachReduce(Round& round, int rank, v1::ReduceOp reduce,
+                            double weight = 1) {
+    v1::CollectiveHeader header;
+    header.set_op(v1::ALL_REDUCE);
+    header.set_rank(rank);
+    header.set_reduce(reduce);
+    header.set_weight(weight);
+    PendingCallbacks callbacks;
+    absl::Status status =
+        round.Attach(rank, "ipv4:127.0.0.1:1", header, TwoFloats(),
+                     HeaderFrame(rank, v1::ALL_REDUCE, TwoFloats()),
+                     streams_[rank], &callbacks);
+    callbacks.Run();
+    return status;
+  }
+
+  bool OfferReduce(Round& round, int rank, const std::vector<float>& values) {
+    const ChunkMeta meta{static_cast<uint32_t>(rank), 0, 0, 8};
+    PendingCallbacks callbacks;
+    const bool more = round.OfferReduceChunk(
+        rank, meta, reinterpret_cast<const uint8_t*>(values.data()),
+        &callbacks);
+    callbacks.Run();
+    return more;
+  }
+
+  void EndWith(Round& round, int rank, const std::vector<float>& values) {
+    Sha256 hasher;
+    hasher.Update(values.data(), 8);
+    PendingCallbacks callbacks;
+    round.EndContribution(rank, hasher.Finish(), &callbacks);
+    callbacks.Run();
+  }
+};
+
+TEST_F(ReduceRoundTest, EveryRankGetsOnlyTheResultAndTheCommitHashesIt) {
+  std::unique_ptr<Round> round = MakeRound(3);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(AttachReduce(*round, r, v1::SUM).ok());
+  }
+  const std::vector<std::vector<float>> in = {{1, 2}, {10, 20}, {100, 200}};
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(OfferReduce(*round, r, in[r]));
+    // No frame goes out before the last rank's chunk.
+    if (r < 2) {
+      for (int q = 0; q < 3; ++q) {
+        EXPECT_EQ(round->NextOutgoing(q).kind, Outgoing::Kind::kNothing);
+      }
+    }
+  }
+  for (int r = 0; r < 3; ++r) EndWith(*round, r, in[r]);
+  PumpAll(*round);
+  const std::vector<float> sum = {111, 222};
+  Sha256 hasher;
+  hasher.Update(sum.data(), 8);
+  const Sha256Digest digest = hasher.Finish();
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    // One result chunk, whose "rank" is the world size, then the commit.
+    EXPECT_THAT(received_[r].log, ElementsAre("chunk 3 t0 @0", "commit"));
+    EXPECT_EQ(received_[r].data_by_rank[3],
+              std::string(reinterpret_cast<const char*>(sum.data()), 8));
+    EXPECT_EQ(received_[r].commit.result_sha256(),
+              std::string(digest.begin(), digest.end()));
+  }
+  EXPECT_EQ(round->BufferedBytes(), 0);
+}
+
+TEST_F(ReduceRoundTest, WorldOfOneGetsItsOwnResult) {
+  std::unique_ptr<Round> round = MakeRound(1);
+  ASSERT_TRUE(AttachReduce(*round, 0, v1::MEAN).ok());
+  EXPECT_TRUE(OfferReduce(*round, 0, {3, 4}));
+  EndWith(*round, 0, {3, 4});
+  PumpAll(*round);
+  EXPECT_THAT(received_[0].log, ElementsAre("chunk 1 t0 @0", "commit"));
+}
+
+TEST_F(ReduceRoundTest, HeadersThatDisagreeFailEveryRank) {
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(AttachReduce(*round, 0, v1::SUM).ok());
+  const absl::Status mismatch = AttachReduce(*round, 1, v1::MAX);
+  EXPECT_EQ(mismatch.message(),
+            "group 'demo' epoch 1 seq 0 (ALL_REDUCE): rank 1 (site-b) "
+            "reduces with MAX but rank 0 (site-a) with SUM");
+  ExpectAllFinishedWith(*round, mismatch);
+
+  std::unique_ptr<Round> weighted = MakeRound(2);
+  const absl::Status weight =
+      AttachReduce(*weighted, 0, v1::WEIGHTED_MEAN, /*weight=*/0);
+  EXPECT_EQ(weight.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(weight.message()),
+              HasSubstr("rank 0 (site-a) declares weight 0; WEIGHTED_MEAN "
+                        "needs a positive example count"));
+}
+
+TEST_F(ReduceRoundTest, RanksAheadWaitButARankBehindNeverDoes) {
+  // An 8-byte limit: one 8-byte accumulator fills the round.
+  std::unique_ptr<Round> round = MakeRound(2, /*max_buffered_bytes=*/8);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(AttachReduce(*round, r, v1::SUM).ok());
+  }
+  // Rank 0 starts the chunk: the accumulator fills the round, so it waits.
+  EXPECT_FALSE(OfferReduce(*round, 0, {1, 2}));
+  // Rank 1 is behind: it completes the chunk and is never held back, even
+  // though the result frame keeps the round full until it is written.
+  EXPECT_TRUE(OfferReduce(*round, 1, {3, 4}));
+  // Writing the result to both ranks drains the round and resumes rank 0.
+  const int resumes = streams_[0]->resumes;
+  PumpAll(*round);
+  EXPECT_EQ(streams_[0]->resumes, resumes + 1);
+  EXPECT_EQ(round->BufferedBytes(), 0);
+}
+
+}  // namespace
+}  // namespace fedgather::server

@@ -100,29 +100,46 @@ std::vector<int64_t> Stacked(int64_t world, at::IntArrayRef shape) {
 // The name a single, unnamed tensor travels under.
 constexpr char kSingleTensorName[] = "tensor";
 
+// Views of a name -> tensor map's inputs and of one new output each.
+struct MapViews {
+  std::vector<ConstHostTensor> views;
+  std::vector<MutableHostTensor> outs;
+  std::map<std::string, at::Tensor> result;  // name -> output
+};
+
+// MakeMapViews allocates an output per input, of the input's dtype and
+// shape, with a leading dimension `leading` prepended when it is not 0.
+// LibTorch errors are thrown (the caller converts them).
+absl::StatusOr<MapViews> MakeMapViews(
+    const std::map<std::string, at::Tensor>& inputs, int64_t leading) {
+  MapViews map;
+  for (const auto& [name, tensor] : inputs) {
+    FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(name, tensor));
+    MutableHostTensor out_view{view.spec, nullptr};
+    at::Tensor out;
+    if (leading > 0) {
+      out = at::empty(Stacked(leading, tensor.sizes()), tensor.options());
+      out_view.spec.shape.insert(out_view.spec.shape.begin(), leading);
+    } else {
+      out = at::empty(tensor.sizes(), tensor.options());
+    }
+    out_view.data = out.data_ptr();
+    map.views.push_back(std::move(view));
+    map.outs.push_back(std::move(out_view));
+    map.result.emplace(name, std::move(out));
+  }
+  return map;
+}
+
 }  // namespace
 
 absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllGather(
     const std::map<std::string, at::Tensor>& inputs,
     const CollectiveOptions& options) {
   try {
-    std::vector<ConstHostTensor> views;
-    std::vector<MutableHostTensor> outs;
-    std::map<std::string, at::Tensor> result;
-    for (const auto& [name, tensor] : inputs) {
-      FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(name, tensor));
-      at::Tensor out =
-          at::empty(Stacked(world_size(), tensor.sizes()), tensor.options());
-      MutableHostTensor out_view;
-      out_view.spec = view.spec;
-      out_view.spec.shape.insert(out_view.spec.shape.begin(), world_size());
-      out_view.data = out.data_ptr();
-      views.push_back(std::move(view));
-      outs.push_back(std::move(out_view));
-      result.emplace(name, std::move(out));
-    }
-    FG_RETURN_IF_ERROR(AllGatherInto(views, outs, options));
-    return result;
+    FG_ASSIGN_OR_RETURN(MapViews map, MakeMapViews(inputs, world_size()));
+    FG_RETURN_IF_ERROR(AllGatherInto(map.views, map.outs, options));
+    return std::move(map.result);
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("LibTorch: ", e.what_without_backtrace()));
@@ -194,18 +211,9 @@ absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllReduce(
     const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
     double weight, const CollectiveOptions& options) {
   try {
-    std::vector<ConstHostTensor> views;
-    std::vector<MutableHostTensor> outs;
-    std::map<std::string, at::Tensor> result;
-    for (const auto& [name, tensor] : inputs) {
-      FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(name, tensor));
-      at::Tensor out = at::empty(tensor.sizes(), tensor.options());
-      outs.push_back(MutableHostTensor{view.spec, out.data_ptr()});
-      views.push_back(std::move(view));
-      result.emplace(name, std::move(out));
-    }
-    FG_RETURN_IF_ERROR(AllReduce(views, outs, op, weight, options));
-    return result;
+    FG_ASSIGN_OR_RETURN(MapViews map, MakeMapViews(inputs, 0));
+    FG_RETURN_IF_ERROR(AllReduce(map.views, map.outs, op, weight, options));
+    return std::move(map.result);
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("LibTorch: ", e.what_without_backtrace()));

@@ -91,7 +91,9 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
 }
 
 absl::Status FedgatherServer::ReloadPolicy(const std::string& by) {
-  return access_->Reload(Caller{by, ""});
+  Caller caller;
+  caller.identity = by;
+  return access_->Reload(caller);
 }
 
 void FedgatherServer::RunTimers() {

@@ -58,7 +58,9 @@ TEST(ReducerTest, FloatOpsOverThreeRanksInAnyArrivalOrder) {
         const int r = order[k];
         EXPECT_FALSE(done.has_value());
         done = reducer->Add(r, weights[r], 0, 0, Bytes(in[r]), 16);
-        if (k + 1 < order.size()) EXPECT_GT(reducer->HeldBytes(), 0);
+        if (k + 1 < order.size()) {
+          EXPECT_GT(reducer->HeldBytes(), 0);
+        }
       }
       ASSERT_TRUE(done.has_value()) << ReduceOpName(c.op);
       const std::vector<float> got = As<float>(*done);

@@ -102,7 +102,7 @@ absl::Status AccessControl::Reload(const Caller& by) {
     options_.registry->ApplyPolicy(loaded->policy->GroupConfigs(), &callbacks);
   }
   Report(event);
-  RecheckSessions(*loaded->verifier);
+  RecheckWith(*loaded->verifier, "policy reload");
   return absl::OkStatus();
 }
 
@@ -116,7 +116,12 @@ void AccessControl::WatchSession(const Caller& caller,
   watched_.push_back(Watched{caller, std::move(session)});
 }
 
-void AccessControl::RecheckSessions(const ClientCertVerifier& verifier) {
+void AccessControl::RecheckSessions(absl::string_view when) {
+  RecheckWith(*Current().verifier, when);
+}
+
+void AccessControl::RecheckWith(const ClientCertVerifier& verifier,
+                                absl::string_view when) {
   std::vector<std::pair<std::shared_ptr<RevocableSession>, ServerEvent>>
       revoked;
   {
@@ -139,7 +144,7 @@ void AccessControl::RecheckSessions(const ClientCertVerifier& verifier) {
         denied.action = "authenticate";
         denied.identity = it->caller.identity;
         denied.peer = it->caller.peer;
-        denied.details = {{"rpc", "Session"}, {"when", "policy reload"}};
+        denied.details = {{"rpc", "Session"}, {"when", std::string(when)}};
         denied.status = still;
         revoked.emplace_back(std::move(session), std::move(denied));
       }

@@ -82,6 +82,13 @@ class AccessControl {
   // reloads run one at a time.
   absl::Status Reload(const Caller& by);
 
+  // RecheckSessions verifies every watched session's certificate again with
+  // the current CA and CRL at the current time, and revokes those that no
+  // longer verify (expired since they were admitted, or revoked), each with
+  // a kAccessDenied event. Reload calls it; the server's timer thread calls
+  // it periodically so that a certificate expiring mid-session is cut off.
+  void RecheckSessions(absl::string_view when);
+
   // WatchSession has reloads verify `caller`'s certificate again while
   // `session` lives.
   void WatchSession(const Caller& caller,
@@ -139,9 +146,9 @@ class AccessControl {
                                                absl::string_view action,
                                                absl::string_view group);
 
-  // RecheckSessions revokes the watched sessions whose certificates
-  // `verifier` refuses now.
-  void RecheckSessions(const ClientCertVerifier& verifier);
+  // RecheckWith revokes the watched sessions whose certificates `verifier`
+  // refuses now; `when` goes into the events.
+  void RecheckWith(const ClientCertVerifier& verifier, absl::string_view when);
 
   const AccessControlOptions options_;
   IdentityUsage usage_;

@@ -16,6 +16,10 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
     return absl::InvalidArgumentError(
         "no access policy is configured (use --policy FILE)");
   }
+  if (options.certificate_recheck_period <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "the certificate re-check period must be positive");
+  }
   if (options.limits.max_chunk_bytes < 1 ||
       options.limits.max_chunk_bytes > (int64_t{4} << 20)) {
     return absl::InvalidArgumentError("max chunk bytes must be 1..4 MiB");
@@ -97,9 +101,18 @@ absl::Status FedgatherServer::ReloadPolicy(const std::string& by) {
 }
 
 void FedgatherServer::RunTimers() {
+  absl::Time next_recheck =
+      options_.clock() + options_.certificate_recheck_period;
   while (!stop_.WaitForNotificationWithTimeout(options_.timer_period)) {
-    PendingCallbacks callbacks;
-    registry_->CheckTimers(options_.clock(), &callbacks);
+    const absl::Time now = options_.clock();
+    {
+      PendingCallbacks callbacks;
+      registry_->CheckTimers(now, &callbacks);
+    }
+    if (now >= next_recheck) {
+      access_->RecheckSessions("periodic check");
+      next_recheck = now + options_.certificate_recheck_period;
+    }
   }
 }
 

@@ -40,6 +40,9 @@ struct ServerOptions {
   GroupLimits limits;  // limits.events also gets every event
   // How often timers are checked; bounds how late a timeout is noticed.
   absl::Duration timer_period = absl::Milliseconds(100);
+  // How often live sessions' certificates are verified again (expiry; a
+  // reload also re-checks them at once).
+  absl::Duration certificate_recheck_period = absl::Seconds(30);
   std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
 

@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   int64_t audit_rotate_mib = 64;
   int audit_anchor_every = 1000;
   bool audit_unsigned = false;
+  double cert_recheck = 30;
   double round_timeout = 300, join_timeout = 300, heartbeat_interval = 1,
          heartbeat_timeout = 5;
   int64_t max_buffered_mib = 256;
@@ -106,6 +107,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--audit-unsigned", audit_unsigned,
                "do not sign the audit chain with the server key");
+  app.add_option("--cert-recheck-seconds", cert_recheck,
+                 "seconds between re-checks of live sessions' certificates "
+                 "(expiry, CRL)")
+      ->capture_default_str();
   app.add_option("--round-timeout", round_timeout, "seconds a round may take")
       ->capture_default_str();
   app.add_option("--join-timeout", join_timeout,
@@ -137,6 +142,7 @@ int main(int argc, char** argv) {
   }
   options.tls = *std::move(tls);
   options.policy_path = policy;
+  options.certificate_recheck_period = Seconds(cert_recheck);
   options.crl_path = crl;
   if (!audit_log.empty()) {
     absl::StatusOr<fedgather::server::AuditFsync> fsync =

@@ -215,6 +215,48 @@ TEST(CertificateTest, RevocationEndsTheLiveSessionAndRefusesNewOnes) {
   EXPECT_EQ(reload["identity"], "test");
 }
 
+TEST(CertificateTest, ACertificateExpiringMidSessionIsCutOff) {
+  ClusterOptions options = Audited(2);
+  options.certificate_recheck_period = absl::Milliseconds(100);
+  TestCluster cluster(options);
+  // site-2's certificate expires a few seconds from now (X509 times are
+  // whole seconds).
+  const absl::Time now = absl::Now();
+  ClientOptions short_lived;
+  short_lived.server_address = cluster.address();
+  short_lived.tls = CertificateWithWindow(
+      cluster, "site-2", now - absl::Hours(1), now + absl::Seconds(3));
+  auto site1 = cluster.Connect("site-1");
+  auto site2 = Client::Connect(short_lived);
+  ASSERT_TRUE(site2.ok());
+  absl::StatusOr<std::unique_ptr<Group>> g1, g2;
+  std::thread join([&] {
+    g1 = site1->Join({"demo", 2, 0, absl::Seconds(20)});
+  });
+  g2 = (*site2)->Join({"demo", 2, 1, absl::Seconds(20)});
+  join.join();
+  ASSERT_TRUE(g1.ok() && g2.ok());
+  // The periodic check cuts site-2 off once its certificate has expired.
+  ASSERT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kAccessDenied &&
+               e.identity == Id("site-2") &&
+               absl::StrContains(e.status.message(), "expired at");
+      },
+      absl::Seconds(30)));
+  const absl::Status ended = GatherRanks(**g1);
+  EXPECT_EQ(ended.code(), absl::StatusCode::kUnavailable) << ended;
+  EXPECT_THAT(std::string(ended.message()),
+              HasSubstr("rank 1 (" + Id("site-2") + ") disconnected"));
+  EXPECT_THAT(std::string(ended.message()), HasSubstr("expired at"));
+  const json cut = FindRecord(AuditAfterStop(cluster), [](const json& r) {
+    return r["action"] == "authenticate" && r["details"].is_object() &&
+           r["details"].value("when", "") == "periodic check";
+  });
+  ASSERT_FALSE(cut.is_null());
+  EXPECT_EQ(cut["identity"], Id("site-2"));
+}
+
 TEST(PolicyTest, IdentityNotInPolicyIsDeniedAndAudited) {
   ClusterOptions options = Audited(2);
   options.extra = {"intruder"};

@@ -68,6 +68,8 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   server_options.limits = options.limits;
   server_options.limits.events = &events_;
   server_options.timer_period = absl::Milliseconds(20);
+  server_options.certificate_recheck_period =
+      options.certificate_recheck_period;
   auto server = server::FedgatherServer::Start(std::move(server_options));
   EXPECT_TRUE(server.ok()) << server.status();
   if (server.ok()) server_ = *std::move(server);

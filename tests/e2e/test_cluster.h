@@ -45,6 +45,7 @@ struct ClusterOptions {
   bool audit = false;          // a signed audit log at dir()/audit.jsonl
   bool crl = false;            // --crl dir()/crl.pem, which starts empty
   server::GroupLimits limits;  // events are set by the cluster
+  absl::Duration certificate_recheck_period = absl::Seconds(30);
 };
 
 class TestCluster {

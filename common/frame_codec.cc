@@ -162,8 +162,8 @@ grpc::ByteBuffer EncodeChunkFrame(const ChunkMeta& meta, const void* data) {
 grpc::ByteBuffer EncodeOwnedChunkFrame(ChunkMeta meta, std::string data) {
   meta.size = data.size();
   auto* owned = new std::string(std::move(data));
-  return ChunkFrame(meta, grpc::Slice(owned->data(), owned->size(),
-                                      &DeleteString, owned));
+  return ChunkFrame(
+      meta, grpc::Slice(owned->data(), owned->size(), &DeleteString, owned));
 }
 
 grpc::ByteBuffer EncodeFrame(const v1::CollectiveFrame& frame) {

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
-#include "common/peer_identity.h"
 #include "common/status_macros.h"
 
 namespace fedgather::server {
@@ -79,9 +78,6 @@ absl::Status AccessControl::Reload(const Caller& by) {
   event.identity = by.identity;
   event.peer = by.peer;
   event.details.emplace_back("policy", options_.policy_path);
-  if (!options_.crl_path.empty()) {
-    event.details.emplace_back("crl", options_.crl_path);
-  }
   absl::StatusOr<Snapshot> loaded = LoadSnapshot();
   if (!loaded.ok()) {
     event.status = absl::Status(
@@ -93,6 +89,7 @@ absl::Status AccessControl::Reload(const Caller& by) {
     return event.status;
   }
   event.details.emplace_back("policy_sha256", loaded->policy->sha256());
+  AddCrlDetails(*loaded->verifier, &event.details);
   {
     PendingCallbacks callbacks;  // runs after both locks below are released
     {
@@ -104,6 +101,27 @@ absl::Status AccessControl::Reload(const Caller& by) {
   Report(event);
   RecheckWith(*loaded->verifier, "policy reload");
   return absl::OkStatus();
+}
+
+void AccessControl::AddCrlDetails(
+    const ClientCertVerifier& verifier,
+    std::vector<std::pair<std::string, std::string>>* details) const {
+  if (options_.crl_path.empty()) return;
+  details->emplace_back("crl", options_.crl_path);
+  details->emplace_back("crl_count", absl::StrCat(verifier.crl_count()));
+  const absl::Time next_update = verifier.crl_next_update();
+  if (next_update == absl::InfiniteFuture()) return;
+  details->emplace_back(
+      "crl_next_update",
+      absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", next_update, absl::UTCTimeZone()));
+  // A stale CRL is still honoured; the operator should issue a new one.
+  if (next_update < options_.clock())
+    details->emplace_back("crl_stale", "true");
+}
+
+void AccessControl::DescribeCrl(
+    std::vector<std::pair<std::string, std::string>>* details) const {
+  AddCrlDetails(*Current().verifier, details);
 }
 
 void AccessControl::WatchSession(const Caller& caller,
@@ -172,9 +190,8 @@ absl::StatusOr<Caller> AccessControl::Authenticate(
   denied.peer = peer;
   denied.details.emplace_back("rpc", std::string(rpc));
   // The identity the certificate claims, unverified: worth recording.
-  if (absl::StatusOr<std::string> claimed = IdentityFromCertificatePem(cert);
-      !cert.empty() && claimed.ok()) {
-    denied.identity = *claimed;
+  denied.identity = ClaimedIdentity(cert);
+  if (!denied.identity.empty()) {
     denied.details.emplace_back("identity_verified", "false");
   }
   denied.status = verified.status();

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -127,6 +128,12 @@ class AccessControl {
                                  int64_t bytes, absl::string_view round,
                                  ServerEvent event);
 
+  // DescribeCrl adds the CRL's file, count and next update to `details`
+  // (for events), and crl_stale=true when the next update has passed; nothing
+  // without a CRL.
+  void DescribeCrl(
+      std::vector<std::pair<std::string, std::string>>* details) const;
+
   // policy returns the current policy.
   std::shared_ptr<const AccessPolicy> policy() const;
 
@@ -139,6 +146,9 @@ class AccessControl {
   };
   explicit AccessControl(AccessControlOptions options);
   absl::StatusOr<Snapshot> LoadSnapshot() const;
+  void AddCrlDetails(
+      const ClientCertVerifier& verifier,
+      std::vector<std::pair<std::string, std::string>>* details) const;
   Snapshot Current() const;
   void Report(ServerEvent event);
   absl::StatusOr<IdentityUsage::Lease> Acquire(const Caller& caller,

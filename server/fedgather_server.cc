@@ -87,7 +87,7 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
                        {"port", absl::StrCat(server->port_)},
                        {"policy", o.policy_path},
                        {"policy_sha256", server->access_->policy()->sha256()}};
-    if (!o.crl_path.empty()) started.details.emplace_back("crl", o.crl_path);
+    server->access_->DescribeCrl(&started.details);
     o.limits.events->OnEvent(started);
   }
   server->timers_ = std::thread([s = server.get()] { s->RunTimers(); });

@@ -213,6 +213,33 @@ TEST(CertificateTest, RevocationEndsTheLiveSessionAndRefusesNewOnes) {
   ASSERT_FALSE(reload.is_null());
   EXPECT_EQ(reload["outcome"], "OK");
   EXPECT_EQ(reload["identity"], "test");
+  EXPECT_EQ(reload["details"]["crl_count"], "1");
+  EXPECT_TRUE(reload["details"]["crl_next_update"].is_string());
+  EXPECT_FALSE(reload["details"].contains("crl_stale"));
+}
+
+TEST(CertificateTest, AStaleCrlIsStillHonouredAndReported) {
+  ClusterOptions options = Audited(2);
+  options.crl = true;
+  TestCluster cluster(options);
+  // A CRL whose next update has passed, revoking site-2.
+  const KeyAndCert ca{ReadFileToString(cluster.dir() + "/ca-key.pem").value(),
+                      ReadFileToString(cluster.dir() + "/ca.pem").value()};
+  const absl::Time now = absl::Now();
+  absl::StatusOr<std::string> stale = IssueCrl(
+      ca, {ReadFileToString(cluster.dir() + "/site-2/cert.pem").value()},
+      now - absl::Hours(2), now - absl::Hours(1));
+  ASSERT_TRUE(stale.ok()) << stale.status();
+  ASSERT_TRUE(WriteStringToFile(cluster.dir() + "/crl.pem", *stale).ok());
+  ASSERT_TRUE(cluster.server().ReloadPolicy("test").ok());
+  const absl::Status revoked =
+      JoinDemo(cluster, cluster.TlsFor(TestCluster::Site(1)));
+  EXPECT_EQ(revoked.code(), absl::StatusCode::kUnauthenticated) << revoked;
+  const json reload = FindRecord(AuditAfterStop(cluster), [](const json& r) {
+    return r["action"] == "policy_reload";
+  });
+  ASSERT_FALSE(reload.is_null());
+  EXPECT_EQ(reload["details"]["crl_stale"], "true");
 }
 
 TEST(CertificateTest, ACertificateExpiringMidSessionIsCutOff) {

@@ -22,6 +22,7 @@ namespace {
 
 using x509_test::ParseCert;
 using x509_test::ParseKey;
+using x509_test::Sans;
 using x509_test::VerifyError;
 
 std::string TempDir() {
@@ -45,21 +46,6 @@ std::string Read(const std::string& path) {
   absl::StatusOr<std::string> contents = ReadFileToString(path);
   EXPECT_TRUE(contents.ok()) << contents.status();
   return contents.ok() ? *contents : "";
-}
-
-std::vector<std::string> Sans(X509* cert, int type) {
-  std::vector<std::string> out;
-  OpenSslPtr<GENERAL_NAMES> names(static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
-  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names.get());
-       ++i) {
-    GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
-    if (name->type != type) continue;
-    ASN1_STRING* s = type == GEN_IPADD ? name->d.iPAddress : name->d.ia5;
-    out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                     ASN1_STRING_length(s));
-  }
-  return out;
 }
 
 // ExpectKeyPair checks that DIR/key.pem (mode 0600) holds the key of

@@ -21,27 +21,12 @@ namespace {
 
 using x509_test::ParseCert;
 using x509_test::ParseKey;
+using x509_test::Sans;
 using x509_test::VerifyError;
 
 bool Verifies(const std::string& ca_pem, const std::string& leaf_pem,
               int purpose = 0) {
   return VerifyError(ca_pem, leaf_pem, purpose) == X509_V_OK;
-}
-
-// Sans returns the SAN entries of `type` in order; IP addresses as bytes.
-std::vector<std::string> Sans(X509* cert, int type) {
-  std::vector<std::string> out;
-  OpenSslPtr<GENERAL_NAMES> names(static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
-  for (int i = 0; names != nullptr && i < sk_GENERAL_NAME_num(names.get());
-       ++i) {
-    GENERAL_NAME* name = sk_GENERAL_NAME_value(names.get(), i);
-    if (name->type != type) continue;
-    ASN1_STRING* s = type == GEN_IPADD ? name->d.iPAddress : name->d.ia5;
-    out.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(s)),
-                     ASN1_STRING_length(s));
-  }
-  return out;
 }
 
 bool IsCritical(X509* cert, int nid) {

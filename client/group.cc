@@ -78,7 +78,11 @@ Group::~Group() {
     absl::MutexLock lock(&mu_);
     leaving_ = true;
   }
+  // Leaving ends the epoch, which fails the collective that is running on
+  // every rank; the ones still queued never start.
   session_context_.TryCancel();
+  queue_.Close(absl::CancelledError(
+      "this member left the group before the collective started"));
   if (session_thread_.joinable()) session_thread_.join();
 }
 
@@ -170,9 +174,10 @@ absl::Status Group::Run(CollectiveSetup setup,
   return call.Wait(options.timeout);
 }
 
-absl::Status Group::AllGatherInto(absl::Span<const ConstHostTensor> inputs,
-                                  absl::Span<const MutableHostTensor> outputs,
-                                  const CollectiveOptions& options) {
+absl::Status Group::RunAllGatherInto(
+    absl::Span<const ConstHostTensor> inputs,
+    absl::Span<const MutableHostTensor> outputs,
+    const CollectiveOptions& options) {
   if (inputs.size() != outputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         inputs.size(), " inputs but ", outputs.size(), " outputs"));
@@ -198,32 +203,15 @@ absl::Status Group::AllGatherInto(absl::Span<const ConstHostTensor> inputs,
   return Run(Setup(v1::ALL_GATHER), inputs, &target, options);
 }
 
-absl::Status Group::AllGatherV(absl::Span<const ConstHostTensor> inputs,
-                               const PartAllocator& allocate,
-                               const CollectiveOptions& options) {
+absl::Status Group::RunAllGatherV(absl::Span<const ConstHostTensor> inputs,
+                                  const PartAllocator& allocate,
+                                  const CollectiveOptions& options, v1::Op op) {
   AllocatedTarget target(allocate);
-  return Run(Setup(v1::ALL_GATHER_V), inputs, &target, options);
+  return Run(Setup(op), inputs, &target, options);
 }
 
-absl::StatusOr<std::vector<std::string>> Group::AllGatherBytes(
-    absl::string_view bytes, const CollectiveOptions& options) {
-  std::vector<std::string> gathered(world_size_);
-  const ConstHostTensor input{
-      {"bytes", DType::kU8, {static_cast<int64_t>(bytes.size())}},
-      bytes.data()};
-  PartAllocator allocate =
-      [&](int rank, int, const TensorSpec& spec) -> absl::StatusOr<void*> {
-    gathered[rank].resize(static_cast<size_t>(spec.shape[0]));
-    return gathered[rank].data();
-  };
-  AllocatedTarget target(allocate);
-  FG_RETURN_IF_ERROR(
-      Run(Setup(v1::ALL_GATHER_BYTES), {&input, 1}, &target, options));
-  return gathered;
-}
-
-absl::Status Group::Broadcast(absl::Span<const MutableHostTensor> tensors,
-                              int root, const CollectiveOptions& options) {
+absl::Status Group::RunBroadcast(absl::Span<const MutableHostTensor> tensors,
+                                 int root, const CollectiveOptions& options) {
   std::vector<ConstHostTensor> inputs;
   for (const MutableHostTensor& t : tensors) {
     FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(t.spec));
@@ -239,10 +227,10 @@ absl::Status Group::Broadcast(absl::Span<const MutableHostTensor> tensors,
   return Run(setup, inputs, &target, options);
 }
 
-absl::Status Group::AllReduce(absl::Span<const ConstHostTensor> inputs,
-                              absl::Span<const MutableHostTensor> outputs,
-                              v1::ReduceOp op, double weight,
-                              const CollectiveOptions& options) {
+absl::Status Group::RunAllReduce(absl::Span<const ConstHostTensor> inputs,
+                                 absl::Span<const MutableHostTensor> outputs,
+                                 v1::ReduceOp op, double weight,
+                                 const CollectiveOptions& options) {
   if (inputs.size() != outputs.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         inputs.size(), " inputs but ", outputs.size(), " outputs"));
@@ -270,6 +258,105 @@ absl::Status Group::AllReduce(absl::Span<const ConstHostTensor> inputs,
   setup.reduce = op;
   setup.weight = weight;
   return Run(setup, inputs, &target, options);
+}
+
+// The queued forms. Each copies the descriptors it was given (the spans
+// may be temporaries); the memory they point to is the caller's.
+
+Work<> Group::AllGatherIntoAsync(absl::Span<const ConstHostTensor> inputs,
+                                 absl::Span<const MutableHostTensor> outputs,
+                                 const CollectiveOptions& options) {
+  return Enqueue<NoResult>(
+      [this, in = std::vector<ConstHostTensor>(inputs.begin(), inputs.end()),
+       out = std::vector<MutableHostTensor>(outputs.begin(), outputs.end()),
+       options]() -> absl::StatusOr<NoResult> {
+        FG_RETURN_IF_ERROR(RunAllGatherInto(in, out, options));
+        return NoResult{};
+      });
+}
+
+absl::Status Group::AllGatherInto(absl::Span<const ConstHostTensor> inputs,
+                                  absl::Span<const MutableHostTensor> outputs,
+                                  const CollectiveOptions& options) {
+  return AllGatherIntoAsync(inputs, outputs, options).Wait();
+}
+
+Work<> Group::AllGatherVAsync(absl::Span<const ConstHostTensor> inputs,
+                              PartAllocator allocate,
+                              const CollectiveOptions& options) {
+  return Enqueue<NoResult>(
+      [this, in = std::vector<ConstHostTensor>(inputs.begin(), inputs.end()),
+       allocate = std::move(allocate), options]() -> absl::StatusOr<NoResult> {
+        FG_RETURN_IF_ERROR(RunAllGatherV(in, allocate, options));
+        return NoResult{};
+      });
+}
+
+absl::Status Group::AllGatherV(absl::Span<const ConstHostTensor> inputs,
+                               const PartAllocator& allocate,
+                               const CollectiveOptions& options) {
+  return AllGatherVAsync(inputs, allocate, options).Wait();
+}
+
+Work<std::vector<std::string>> Group::AllGatherBytesAsync(
+    std::string bytes, const CollectiveOptions& options) {
+  return Enqueue<std::vector<std::string>>(
+      [this, bytes = std::move(bytes),
+       options]() -> absl::StatusOr<std::vector<std::string>> {
+        std::vector<std::string> gathered(world_size_);
+        const ConstHostTensor input{
+            {"bytes", DType::kU8, {static_cast<int64_t>(bytes.size())}},
+            bytes.data()};
+        FG_RETURN_IF_ERROR(RunAllGatherV(
+            {&input, 1},
+            [&](int rank, int,
+                const TensorSpec& spec) -> absl::StatusOr<void*> {
+              gathered[rank].resize(static_cast<size_t>(spec.shape[0]));
+              return gathered[rank].data();
+            },
+            options, v1::ALL_GATHER_BYTES));
+        return gathered;
+      });
+}
+
+absl::StatusOr<std::vector<std::string>> Group::AllGatherBytes(
+    absl::string_view bytes, const CollectiveOptions& options) {
+  return AllGatherBytesAsync(std::string(bytes), options).Get();
+}
+
+Work<> Group::BroadcastAsync(absl::Span<const MutableHostTensor> tensors,
+                             int root, const CollectiveOptions& options) {
+  return Enqueue<NoResult>(
+      [this, t = std::vector<MutableHostTensor>(tensors.begin(), tensors.end()),
+       root, options]() -> absl::StatusOr<NoResult> {
+        FG_RETURN_IF_ERROR(RunBroadcast(t, root, options));
+        return NoResult{};
+      });
+}
+
+absl::Status Group::Broadcast(absl::Span<const MutableHostTensor> tensors,
+                              int root, const CollectiveOptions& options) {
+  return BroadcastAsync(tensors, root, options).Wait();
+}
+
+Work<> Group::AllReduceAsync(absl::Span<const ConstHostTensor> inputs,
+                             absl::Span<const MutableHostTensor> outputs,
+                             v1::ReduceOp op, double weight,
+                             const CollectiveOptions& options) {
+  return Enqueue<NoResult>(
+      [this, in = std::vector<ConstHostTensor>(inputs.begin(), inputs.end()),
+       out = std::vector<MutableHostTensor>(outputs.begin(), outputs.end()), op,
+       weight, options]() -> absl::StatusOr<NoResult> {
+        FG_RETURN_IF_ERROR(RunAllReduce(in, out, op, weight, options));
+        return NoResult{};
+      });
+}
+
+absl::Status Group::AllReduce(absl::Span<const ConstHostTensor> inputs,
+                              absl::Span<const MutableHostTensor> outputs,
+                              v1::ReduceOp op, double weight,
+                              const CollectiveOptions& options) {
+  return AllReduceAsync(inputs, outputs, op, weight, options).Wait();
 }
 
 }  // namespace fedgather

@@ -11,8 +11,8 @@
 //   UNAVAILABLE         a member disconnected (the message names it)
 //   DEADLINE_EXCEEDED   the round deadline passed (lists who is missing)
 //   DATA_LOSS           received bytes do not match the committed digests
-// Thread safety: collectives on one Group must be called from one thread at
-// a time; rank() and the other accessors are safe from any thread.
+// Thread safety: every method may be called from any thread; collectives
+// run one at a time, in the order they were called.
 #ifndef FEDGATHER_CLIENT_GROUP_H_
 #define FEDGATHER_CLIENT_GROUP_H_
 
@@ -35,6 +35,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/collective_call.h"
+#include "client/collective_queue.h"
+#include "client/work.h"
 #include "common/tensor_spec.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 
@@ -65,6 +67,15 @@ class Group {
   // identities()[r] is the certificate identity of rank r.
   const std::vector<std::string>& identities() const { return identities_; }
 
+  // Every collective has a blocking form and an ...Async form that returns
+  // a Work at once (client/work.h); the blocking form is the Async one
+  // followed by Wait (or Get). Collectives of a Group run one at a time, in
+  // the order they were started, from any thread. An Async raw-buffer call
+  // copies the tensor descriptors but not their memory: inputs and outputs
+  // must stay valid until its Work completes. Torch forms hold references
+  // to their tensors. Local argument errors complete the Work with
+  // INVALID_ARGUMENT, and nothing is sent.
+
   // AllGatherInto gathers every rank's `inputs` into `outputs`, where
   // outputs[i] has inputs[i]'s name and dtype and shape [world, *shape];
   // rank r's part lands at offset r * ByteSize(inputs[i].spec). Received
@@ -72,6 +83,9 @@ class Group {
   absl::Status AllGatherInto(absl::Span<const ConstHostTensor> inputs,
                              absl::Span<const MutableHostTensor> outputs,
                              const CollectiveOptions& options = {});
+  Work<> AllGatherIntoAsync(absl::Span<const ConstHostTensor> inputs,
+                            absl::Span<const MutableHostTensor> outputs,
+                            const CollectiveOptions& options = {});
 
   // PartAllocator returns memory for rank `rank`'s tensor `index` of `spec`;
   // it is called from a gRPC thread, once per (rank, tensor).
@@ -83,11 +97,16 @@ class Group {
   absl::Status AllGatherV(absl::Span<const ConstHostTensor> inputs,
                           const PartAllocator& allocate,
                           const CollectiveOptions& options = {});
+  Work<> AllGatherVAsync(absl::Span<const ConstHostTensor> inputs,
+                         PartAllocator allocate,
+                         const CollectiveOptions& options = {});
 
   // AllGatherBytes gathers one opaque byte string from every rank (metrics,
   // small serialized objects); returns them in rank order, each as sent.
   absl::StatusOr<std::vector<std::string>> AllGatherBytes(
       absl::string_view bytes, const CollectiveOptions& options = {});
+  Work<std::vector<std::string>> AllGatherBytesAsync(
+      std::string bytes, const CollectiveOptions& options = {});
 
   // Broadcast sends `tensors` from rank `root` to every rank: on the root
   // they are read, on the others they are overwritten with the root's bytes.
@@ -95,6 +114,8 @@ class Group {
   // (INVALID_ARGUMENT otherwise, on every rank).
   absl::Status Broadcast(absl::Span<const MutableHostTensor> tensors, int root,
                          const CollectiveOptions& options = {});
+  Work<> BroadcastAsync(absl::Span<const MutableHostTensor> tensors, int root,
+                        const CollectiveOptions& options = {});
 
   // AllReduce reduces every rank's `inputs` element-wise with `op` on the
   // server, as the chunks arrive, and writes the result into `outputs`
@@ -107,33 +128,54 @@ class Group {
                          absl::Span<const MutableHostTensor> outputs,
                          v1::ReduceOp op, double weight = 1,
                          const CollectiveOptions& options = {});
+  Work<> AllReduceAsync(absl::Span<const ConstHostTensor> inputs,
+                        absl::Span<const MutableHostTensor> outputs,
+                        v1::ReduceOp op, double weight = 1,
+                        const CollectiveOptions& options = {});
 
   // torch adapter (fg_client_torch). Inputs must be contiguous CPU tensors.
   // AllGather returns [world, *shape].
   absl::StatusOr<at::Tensor> AllGather(const at::Tensor& input,
                                        const CollectiveOptions& options = {});
+  Work<at::Tensor> AllGatherAsync(const at::Tensor& input,
+                                  const CollectiveOptions& options = {});
   // AllGather over a name -> tensor map; returns name -> [world, *shape].
   absl::StatusOr<std::map<std::string, at::Tensor>> AllGather(
+      const std::map<std::string, at::Tensor>& inputs,
+      const CollectiveOptions& options = {});
+  Work<std::map<std::string, at::Tensor>> AllGatherAsync(
       const std::map<std::string, at::Tensor>& inputs,
       const CollectiveOptions& options = {});
   // AllGatherInto writes into a caller-allocated contiguous [world, *shape].
   absl::Status AllGatherInto(const at::Tensor& input, at::Tensor& output,
                              const CollectiveOptions& options = {});
+  Work<> AllGatherIntoAsync(const at::Tensor& input, const at::Tensor& output,
+                            const CollectiveOptions& options = {});
   // AllGatherV returns each rank's part at its own size, in rank order.
   absl::StatusOr<std::vector<at::Tensor>> AllGatherV(
+      const at::Tensor& input, const CollectiveOptions& options = {});
+  Work<std::vector<at::Tensor>> AllGatherVAsync(
       const at::Tensor& input, const CollectiveOptions& options = {});
   // AllReduce returns the reduction of every rank's `input` (a new tensor of
   // its shape and dtype); over a name -> tensor map, name -> result.
   absl::StatusOr<at::Tensor> AllReduce(const at::Tensor& input, v1::ReduceOp op,
                                        double weight = 1,
                                        const CollectiveOptions& options = {});
+  Work<at::Tensor> AllReduceAsync(const at::Tensor& input, v1::ReduceOp op,
+                                  double weight = 1,
+                                  const CollectiveOptions& options = {});
   absl::StatusOr<std::map<std::string, at::Tensor>> AllReduce(
+      const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
+      double weight = 1, const CollectiveOptions& options = {});
+  Work<std::map<std::string, at::Tensor>> AllReduceAsync(
       const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
       double weight = 1, const CollectiveOptions& options = {});
   // Broadcast overwrites `tensor` (contiguous, CPU) on every rank but `root`
   // with the root's, in place, as torch.distributed.broadcast does.
   absl::Status Broadcast(at::Tensor& tensor, int root,
                          const CollectiveOptions& options = {});
+  Work<> BroadcastAsync(const at::Tensor& tensor, int root,
+                        const CollectiveOptions& options = {});
 
  private:
   friend class Client;
@@ -142,6 +184,30 @@ class Group {
   // Join writes the join request and blocks until the group forms.
   absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout);
   void RunSession();
+  // Enqueue runs `body` on the collective queue and returns its Work.
+  template <typename T>
+  Work<T> Enqueue(std::function<absl::StatusOr<T>()> body);
+
+  // EnqueueTorch is Enqueue for a body that may throw c10::Error
+  // (defined in group_torch.cc, the one file that includes LibTorch).
+  template <typename T, typename Body>
+  Work<T> EnqueueTorch(Body body);
+
+  // The collectives themselves, run on the queue's thread.
+  absl::Status RunAllGatherInto(absl::Span<const ConstHostTensor> inputs,
+                                absl::Span<const MutableHostTensor> outputs,
+                                const CollectiveOptions& options);
+  // RunAllGatherV runs ALL_GATHER_V, or `op` (ALL_GATHER_BYTES).
+  absl::Status RunAllGatherV(absl::Span<const ConstHostTensor> inputs,
+                             const PartAllocator& allocate,
+                             const CollectiveOptions& options,
+                             v1::Op op = v1::ALL_GATHER_V);
+  absl::Status RunBroadcast(absl::Span<const MutableHostTensor> tensors,
+                            int root, const CollectiveOptions& options);
+  absl::Status RunAllReduce(absl::Span<const ConstHostTensor> inputs,
+                            absl::Span<const MutableHostTensor> outputs,
+                            v1::ReduceOp op, double weight,
+                            const CollectiveOptions& options);
   // Run runs one collective; `setup` gives root, reduce and weight where
   // the op uses them (the rest is filled in here).
   absl::Status Run(CollectiveSetup setup,
@@ -157,7 +223,7 @@ class Group {
   int64_t max_chunk_bytes_ = 0;
   absl::Duration heartbeat_interval_;
   std::vector<std::string> identities_;
-  uint64_t next_seq_ = 0;  // collectives are called from one thread
+  uint64_t next_seq_ = 0;  // used only on the queue's thread
 
   grpc::ClientContext session_context_;
   std::unique_ptr<
@@ -170,7 +236,19 @@ class Group {
   absl::Mutex mu_;
   absl::Status session_status_ ABSL_GUARDED_BY(mu_);  // set when it ends
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;
+
+  CollectiveQueue queue_;  // runs every collective, in order
 };
+
+template <typename T>
+Work<T> Group::Enqueue(std::function<absl::StatusOr<T>()> body) {
+  auto [work, completer] = Work<T>::Make();
+  queue_.Add([body = std::move(body),
+              completer = std::move(completer)](const absl::Status& refused) {
+    completer.Complete(refused.ok() ? body() : absl::StatusOr<T>(refused));
+  });
+  return work;
+}
 
 }  // namespace fedgather
 

@@ -133,101 +133,160 @@ absl::StatusOr<MapViews> MakeMapViews(
 
 }  // namespace
 
+// Each torch collective runs as a queued body that holds its tensors by
+// value (a reference each) and converts LibTorch's exceptions to a Status.
+template <typename T, typename Body>
+Work<T> Group::EnqueueTorch(Body body) {
+  return Enqueue<T>([body = std::move(body)]() -> absl::StatusOr<T> {
+    try {
+      return body();
+    } catch (const c10::Error& e) {
+      return absl::InternalError(
+          absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+    }
+  });
+}
+
+Work<std::map<std::string, at::Tensor>> Group::AllGatherAsync(
+    const std::map<std::string, at::Tensor>& inputs,
+    const CollectiveOptions& options) {
+  return EnqueueTorch<std::map<std::string, at::Tensor>>(
+      [this, inputs,
+       options]() -> absl::StatusOr<std::map<std::string, at::Tensor>> {
+        FG_ASSIGN_OR_RETURN(MapViews map, MakeMapViews(inputs, world_size()));
+        FG_RETURN_IF_ERROR(RunAllGatherInto(map.views, map.outs, options));
+        return std::move(map.result);
+      });
+}
+
+Work<at::Tensor> Group::AllGatherAsync(const at::Tensor& input,
+                                       const CollectiveOptions& options) {
+  return EnqueueTorch<at::Tensor>([this, input,
+                                   options]() -> absl::StatusOr<at::Tensor> {
+    FG_ASSIGN_OR_RETURN(
+        MapViews map, MakeMapViews({{kSingleTensorName, input}}, world_size()));
+    FG_RETURN_IF_ERROR(RunAllGatherInto(map.views, map.outs, options));
+    return map.result.begin()->second;
+  });
+}
+
+Work<> Group::AllGatherIntoAsync(const at::Tensor& input,
+                                 const at::Tensor& output,
+                                 const CollectiveOptions& options) {
+  return EnqueueTorch<NoResult>([this, input, output,
+                                 options]() -> absl::StatusOr<NoResult> {
+    FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(kSingleTensorName, input));
+    FG_ASSIGN_OR_RETURN(TensorSpec out_spec, SpecOf(kSingleTensorName, output));
+    const MutableHostTensor out_view{std::move(out_spec), output.data_ptr()};
+    FG_RETURN_IF_ERROR(RunAllGatherInto(absl::MakeConstSpan(&view, 1),
+                                        absl::MakeConstSpan(&out_view, 1),
+                                        options));
+    return NoResult{};
+  });
+}
+
+Work<std::vector<at::Tensor>> Group::AllGatherVAsync(
+    const at::Tensor& input, const CollectiveOptions& options) {
+  return EnqueueTorch<std::vector<at::Tensor>>(
+      [this, input, options]() -> absl::StatusOr<std::vector<at::Tensor>> {
+        FG_ASSIGN_OR_RETURN(ConstHostTensor view,
+                            ViewOf(kSingleTensorName, input));
+        std::vector<at::Tensor> parts(world_size());
+        const at::TensorOptions tensor_options = input.options();
+        const PartAllocator allocate =
+            [&](int rank, int index,
+                const TensorSpec& spec) -> absl::StatusOr<void*> {
+          try {
+            parts[rank] = at::empty(
+                spec.shape, tensor_options.dtype(ScalarTypeOf(spec.dtype)));
+            return parts[rank].data_ptr();
+          } catch (const c10::Error& e) {
+            return absl::ResourceExhaustedError(
+                absl::StrCat("cannot allocate rank ", rank,
+                             "'s part: ", e.what_without_backtrace()));
+          }
+        };
+        FG_RETURN_IF_ERROR(
+            RunAllGatherV(absl::MakeConstSpan(&view, 1), allocate, options));
+        return parts;
+      });
+}
+
+Work<> Group::BroadcastAsync(const at::Tensor& tensor, int root,
+                             const CollectiveOptions& options) {
+  return EnqueueTorch<NoResult>(
+      [this, tensor, root, options]() -> absl::StatusOr<NoResult> {
+        FG_ASSIGN_OR_RETURN(TensorSpec spec, SpecOf(kSingleTensorName, tensor));
+        const MutableHostTensor view{std::move(spec), tensor.data_ptr()};
+        FG_RETURN_IF_ERROR(
+            RunBroadcast(absl::MakeConstSpan(&view, 1), root, options));
+        return NoResult{};
+      });
+}
+
+Work<std::map<std::string, at::Tensor>> Group::AllReduceAsync(
+    const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
+    double weight, const CollectiveOptions& options) {
+  return EnqueueTorch<std::map<std::string, at::Tensor>>(
+      [this, inputs, op, weight,
+       options]() -> absl::StatusOr<std::map<std::string, at::Tensor>> {
+        FG_ASSIGN_OR_RETURN(MapViews map, MakeMapViews(inputs, 0));
+        FG_RETURN_IF_ERROR(
+            RunAllReduce(map.views, map.outs, op, weight, options));
+        return std::move(map.result);
+      });
+}
+
+Work<at::Tensor> Group::AllReduceAsync(const at::Tensor& input, v1::ReduceOp op,
+                                       double weight,
+                                       const CollectiveOptions& options) {
+  return EnqueueTorch<at::Tensor>([this, input, op, weight,
+                                   options]() -> absl::StatusOr<at::Tensor> {
+    FG_ASSIGN_OR_RETURN(MapViews map,
+                        MakeMapViews({{kSingleTensorName, input}}, 0));
+    FG_RETURN_IF_ERROR(RunAllReduce(map.views, map.outs, op, weight, options));
+    return map.result.begin()->second;
+  });
+}
+
+// The blocking forms.
+
 absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllGather(
     const std::map<std::string, at::Tensor>& inputs,
     const CollectiveOptions& options) {
-  try {
-    FG_ASSIGN_OR_RETURN(MapViews map, MakeMapViews(inputs, world_size()));
-    FG_RETURN_IF_ERROR(AllGatherInto(map.views, map.outs, options));
-    return std::move(map.result);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
-  }
+  return AllGatherAsync(inputs, options).Get();
 }
 
 absl::StatusOr<at::Tensor> Group::AllGather(const at::Tensor& input,
                                             const CollectiveOptions& options) {
-  FG_ASSIGN_OR_RETURN(auto gathered,
-                      AllGather({{kSingleTensorName, input}}, options));
-  return gathered.begin()->second;
+  return AllGatherAsync(input, options).Get();
 }
 
 absl::Status Group::AllGatherInto(const at::Tensor& input, at::Tensor& output,
                                   const CollectiveOptions& options) {
-  try {
-    FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(kSingleTensorName, input));
-    FG_ASSIGN_OR_RETURN(TensorSpec out_spec, SpecOf(kSingleTensorName, output));
-    const MutableHostTensor out_view{std::move(out_spec), output.data_ptr()};
-    return AllGatherInto(absl::MakeConstSpan(&view, 1),
-                         absl::MakeConstSpan(&out_view, 1), options);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
-  }
+  return AllGatherIntoAsync(input, output, options).Wait();
 }
 
 absl::StatusOr<std::vector<at::Tensor>> Group::AllGatherV(
     const at::Tensor& input, const CollectiveOptions& options) {
-  try {
-    FG_ASSIGN_OR_RETURN(ConstHostTensor view, ViewOf(kSingleTensorName, input));
-    std::vector<at::Tensor> parts(world_size());
-    const at::TensorOptions tensor_options = input.options();
-    const PartAllocator allocate =
-        [&](int rank, int index,
-            const TensorSpec& spec) -> absl::StatusOr<void*> {
-      try {
-        parts[rank] = at::empty(spec.shape,
-                                tensor_options.dtype(ScalarTypeOf(spec.dtype)));
-        return parts[rank].data_ptr();
-      } catch (const c10::Error& e) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("cannot allocate rank ", rank,
-                         "'s part: ", e.what_without_backtrace()));
-      }
-    };
-    FG_RETURN_IF_ERROR(
-        AllGatherV(absl::MakeConstSpan(&view, 1), allocate, options));
-    return parts;
-  } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
-  }
+  return AllGatherVAsync(input, options).Get();
 }
 
 absl::Status Group::Broadcast(at::Tensor& tensor, int root,
                               const CollectiveOptions& options) {
-  try {
-    FG_ASSIGN_OR_RETURN(TensorSpec spec, SpecOf(kSingleTensorName, tensor));
-    const MutableHostTensor view{std::move(spec), tensor.data_ptr()};
-    return Broadcast(absl::MakeConstSpan(&view, 1), root, options);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
-  }
+  return BroadcastAsync(tensor, root, options).Wait();
 }
 
 absl::StatusOr<std::map<std::string, at::Tensor>> Group::AllReduce(
     const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
     double weight, const CollectiveOptions& options) {
-  try {
-    FG_ASSIGN_OR_RETURN(MapViews map, MakeMapViews(inputs, 0));
-    FG_RETURN_IF_ERROR(AllReduce(map.views, map.outs, op, weight, options));
-    return std::move(map.result);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(
-        absl::StrCat("LibTorch: ", e.what_without_backtrace()));
-  }
+  return AllReduceAsync(inputs, op, weight, options).Get();
 }
 
 absl::StatusOr<at::Tensor> Group::AllReduce(const at::Tensor& input,
                                             v1::ReduceOp op, double weight,
                                             const CollectiveOptions& options) {
-  FG_ASSIGN_OR_RETURN(
-      auto reduced,
-      AllReduce(std::map<std::string, at::Tensor>{{kSingleTensorName, input}},
-                op, weight, options));
-  return reduced.at(kSingleTensorName);
+  return AllReduceAsync(input, op, weight, options).Get();
 }
 
 }  // namespace fedgather

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/client.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -206,6 +207,114 @@ TEST_P(AllReduceTorchTest, EveryOpAndDtypeMatchesTorchsReduction) {
             absl::StrCat("rank ", i, " ", v1::ReduceOp_Name(op), " ", name));
       }
     }
+  });
+}
+
+}  // namespace
+}  // namespace fedgather::testing
+
+namespace fedgather::testing {
+namespace {
+
+TEST(GroupAsyncTest, OutstandingCollectivesCompleteInSeqOrder) {
+  constexpr int kWorld = 3;
+  TestCluster cluster{ClusterOptions(kWorld)};
+  RunRanks(kWorld, [&](int i) {
+    std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(i));
+    auto group = client->Join({"demo", kWorld, i, absl::Seconds(30)});
+    ASSERT_TRUE(group.ok()) << group.status();
+    auto part = [](int rank, int step) {
+      return at::arange(6, at::kInt).reshape({2, 3}) * 100 + rank * 10 + step;
+    };
+    // Five collectives of different ops outstanding at once.
+    std::vector<Work<at::Tensor>> gathers;
+    for (int step = 0; step < 3; ++step) {
+      gathers.push_back((*group)->AllGatherAsync(part(i, step)));
+    }
+    Work<at::Tensor> sum = (*group)->AllReduceAsync(
+        at::full({4}, int64_t{i + 1}, at::kLong), v1::SUM);
+    at::Tensor mine = at::full({3}, double(i), at::kDouble);
+    Work<> broadcast = (*group)->BroadcastAsync(mine, 2);
+    Work<std::vector<std::string>> names =
+        (*group)->AllGatherBytesAsync(TestCluster::Site(i));
+
+    // The last one done means every earlier one is done: they run in order.
+    auto gathered_names = names.Get();
+    ASSERT_TRUE(gathered_names.ok()) << gathered_names.status();
+    for (const Work<at::Tensor>& work : gathers)
+      EXPECT_TRUE(work.IsCompleted());
+    EXPECT_TRUE(sum.IsCompleted());
+    EXPECT_TRUE(broadcast.IsCompleted());
+    EXPECT_THAT(*gathered_names,
+                ::testing::ElementsAre("site-1", "site-2", "site-3"));
+    for (int step = 0; step < 3; ++step) {
+      auto got = gathers[step].Get();
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_TRUE(at::equal(
+          *got, at::stack({part(0, step), part(1, step), part(2, step)})))
+          << "step " << step;
+    }
+    auto summed = sum.Get();
+    ASSERT_TRUE(summed.ok()) << summed.status();
+    EXPECT_TRUE(at::equal(*summed, at::full({4}, int64_t{6}, at::kLong)));
+    ASSERT_TRUE(broadcast.Wait().ok());
+    EXPECT_TRUE(at::equal(mine, at::full({3}, 2.0, at::kDouble)));
+  });
+}
+
+TEST(GroupAsyncTest, WaitTimesOutWithoutCancellingTheCollective) {
+  TestCluster cluster(ClusterOptions(2));
+  absl::Notification rank0_waited;
+  RunRanks(2, [&](int i) {
+    std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(i));
+    auto group = client->Join({"demo", 2, i, absl::Seconds(30)});
+    ASSERT_TRUE(group.ok()) << group.status();
+    const at::Tensor input = at::full({5}, float(i), at::kFloat);
+    if (i == 1) {
+      // Rank 1 starts only once rank 0 has seen its Wait time out.
+      ASSERT_TRUE(
+          rank0_waited.WaitForNotificationWithTimeout(absl::Seconds(30)));
+      auto got = (*group)->AllGather(input);
+      ASSERT_TRUE(got.ok()) << got.status();
+      return;
+    }
+    Work<at::Tensor> work = (*group)->AllGatherAsync(input);
+    const absl::Status early = work.Wait(absl::Milliseconds(50));
+    EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
+    EXPECT_FALSE(work.IsCompleted());
+    rank0_waited.Notify();
+    auto got = work.Get();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(work.IsCompleted());
+    EXPECT_TRUE(
+        at::equal(*got, at::stack({at::full({5}, 0.0f), at::full({5}, 1.0f)})));
+  });
+}
+
+TEST(GroupAsyncTest, LeavingRefusesTheCollectivesStillQueued) {
+  TestCluster cluster(ClusterOptions(2));
+  absl::Notification rank0_left;
+  RunRanks(2, [&](int i) {
+    std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(i));
+    auto group = client->Join({"demo", 2, i, absl::Seconds(30)});
+    ASSERT_TRUE(group.ok()) << group.status();
+    if (i == 1) {
+      // Rank 1 never contributes; it sees the epoch end when rank 0 leaves.
+      ASSERT_TRUE(rank0_left.WaitForNotificationWithTimeout(absl::Seconds(30)));
+      auto after = (*group)->AllGather(at::ones({1}));
+      EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable)
+          << after.status();
+      return;
+    }
+    Work<at::Tensor> running = (*group)->AllGatherAsync(at::ones({1}));
+    Work<at::Tensor> queued = (*group)->AllGatherAsync(at::ones({1}));
+    group->reset();  // leaves the group
+    rank0_left.Notify();
+    EXPECT_FALSE(running.Wait().ok());
+    const absl::Status refused = queued.Wait();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kCancelled) << refused;
+    EXPECT_THAT(std::string(refused.message()),
+                ::testing::HasSubstr("left the group before the collective"));
   });
 }
 

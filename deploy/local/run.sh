@@ -4,36 +4,46 @@
 # runs N participants (default 4) as concurrent `fedgather join` processes
 # over mutual TLS, under the access policy `fedgather provision` writes and
 # with a signed audit log. An observer reads the status, an admin reloads the
-# policy (the observer is refused), SIGHUP reloads it again; after the server
-# stops, `fedgather audit verify` checks the audit chain. Every participant's
-# output is then checked byte for byte against every participant's input
-# (deploy/local/check_outputs.py).
+# policy (the observer is refused), SIGHUP reloads it again. Then the same
+# participants train a digits classifier together, federated averaging over
+# the same server (examples/fedavg_digits: each site a `fedavg_site` process
+# with a non-IID shard, all_reduce and all_gather averages checked against
+# each other every round), and the per-round test accuracy table is printed.
+# After the server stops, `fedgather audit verify` checks the audit chain.
+# Every participant's all_gather output is then checked byte for byte
+# against every participant's input (deploy/local/check_outputs.py). The
+# last line of output is "final test accuracy: 0.xxx".
 #
 #   deploy/local/run.sh [--no-build] [--build-dir DIR] [--participants N]
-#                       [--mib M] [--keep]
+#                       [--mib M] [--rounds R] [--keep]
 #
 #   --no-build        skip installing dependencies and building; use the
 #                     binaries already in the build directory
 #   --build-dir DIR   build directory (default: build, in the repository root)
 #   --participants N  number of sites site-1..site-N (default 4)
 #   --mib M           size of each participant's "weight" tensor (default 4)
+#   --rounds R        FedAvg rounds of the digits simulation (default 30; the
+#                     final accuracy must reach 0.90; with more than 10
+#                     participants the digits phase is skipped)
 #   --keep            keep the work directory (certificates, inputs, outputs,
 #                     logs) instead of deleting it
 #
 # Environment: FEDGATHER_SEED (the inputs' random seed; printed, so a run can
 # be repeated), FEDGATHER_JOIN_TIMEOUT (seconds each join may take, default
 # 120).
-# Exit status: 0 when every participant passed, 1 otherwise, 2 on usage errors.
+# Exit status: 0 when every participant passed and the federated model
+# reached 0.90 test accuracy, 1 otherwise, 2 on usage errors.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 usage() {
   cat >&2 <<'EOF'
-usage: deploy/local/run.sh [--no-build] [--build-dir DIR] [--participants N] [--mib M] [--keep]
+usage: deploy/local/run.sh [--no-build] [--build-dir DIR] [--participants N] [--mib M] [--rounds R] [--keep]
   --no-build        skip installing dependencies and building
   --build-dir DIR   build directory (default: build in the repository root)
   --participants N  number of sites site-1..site-N (default 4)
   --mib M           MiB of each participant's "weight" tensor (default 4)
+  --rounds R        FedAvg rounds of the digits simulation (default 30)
   --keep            keep the work directory instead of deleting it
 EOF
   exit "${1:-2}"
@@ -46,6 +56,8 @@ BUILD_DIR="$ROOT/build"
 BUILD=1
 PARTICIPANTS=4
 MIB=4
+ROUNDS=30
+MIN_ACCURACY=0.90
 KEEP=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -53,6 +65,7 @@ while [ $# -gt 0 ]; do
     --build-dir) need_value "$@"; BUILD_DIR="$2"; shift ;;
     --participants) need_value "$@"; PARTICIPANTS="$2"; shift ;;
     --mib) need_value "$@"; MIB="$2"; shift ;;
+    --rounds) need_value "$@"; ROUNDS="$2"; shift ;;
     --keep) KEEP=1 ;;
     -h|--help) usage 0 ;;
     *) echo "unknown argument: $1" >&2; usage ;;
@@ -61,6 +74,7 @@ while [ $# -gt 0 ]; do
 done
 [[ "$PARTICIPANTS" =~ ^[1-9][0-9]*$ ]] || { echo "--participants must be a positive integer" >&2; exit 2; }
 [[ "$MIB" =~ ^[0-9]*\.?[0-9]+$ ]] || { echo "--mib must be a positive number" >&2; exit 2; }
+[[ "$ROUNDS" =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a positive integer" >&2; exit 2; }
 # A relative build directory is relative to where the script was started.
 case "$BUILD_DIR" in /*) ;; *) BUILD_DIR="$PWD/$BUILD_DIR" ;; esac
 SEED="${FEDGATHER_SEED:-$RANDOM}"
@@ -71,13 +85,15 @@ JOIN_TIMEOUT="${FEDGATHER_JOIN_TIMEOUT:-120}"
 if [ "$BUILD" = 1 ]; then
   echo "== installing dependencies"
   bash "$ROOT/deploy/install-deps.sh"
-  echo "== configuring and building fedgather and fedgather-server in $BUILD_DIR"
+  echo "== configuring and building fedgather, fedgather-server and fedavg_site in $BUILD_DIR"
   cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-  cmake --build "$BUILD_DIR" -j2 --target fedgather fedgather-server
+  cmake --build "$BUILD_DIR" -j2 --target fedgather fedgather-server fedavg_site
 fi
 CLI="$BUILD_DIR/client/fedgather"
 SERVER="$BUILD_DIR/server/fedgather-server"
-for binary in "$CLI" "$SERVER"; do
+FEDAVG="$BUILD_DIR/examples/fedavg_digits/fedavg_site"
+DIGITS="$ROOT/examples/fedavg_digits/data/digits.csv.gz"
+for binary in "$CLI" "$SERVER" "$FEDAVG"; do
   [ -x "$binary" ] || { echo "missing $binary: build first (run without --no-build)" >&2; exit 1; }
 done
 
@@ -101,16 +117,16 @@ cleanup() {
     kill -KILL "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
   fi
-  if [ "$KEEP" = 1 ]; then
-    echo "work directory kept: $WORK"
-  else
-    rm -rf "$WORK"
-  fi
+  # With --keep the path was printed at the start, so that the last line of
+  # output stays the final accuracy.
+  if [ "$KEEP" != 1 ]; then rm -rf "$WORK"; fi
   exit "$rc"
 }
 trap cleanup EXIT
 trap 'echo "interrupted" >&2; exit 130' INT
 trap 'echo "terminated" >&2; exit 143' TERM
+
+if [ "$KEEP" = 1 ]; then echo "== work directory (kept): $WORK"; fi
 
 NAMES=()
 for i in $(seq 1 "$PARTICIPANTS"); do NAMES+=("site-$i"); done
@@ -206,6 +222,63 @@ else
   echo "FAIL: no policy reload after SIGHUP"; ADMIN_FAILED=1
 fi
 
+FEDAVG_FAILED=0
+FINAL_LINE=""
+if [ "$PARTICIPANTS" -gt 10 ]; then
+  echo "== federated digits training skipped: the label split needs 1..10 participants"
+else
+  echo "== $PARTICIPANTS participants train a digits classifier together: FedAvg, $ROUNDS rounds"
+  echo "   (examples/fedavg_digits; non-IID shards; all_reduce and all_gather averages checked every round)"
+  start_ms=$(( $(date +%s%N) / 1000000 ))
+  for name in "${NAMES[@]}"; do
+    OMP_NUM_THREADS=1 timeout -k 5 "$((JOIN_TIMEOUT + 30))" \
+      "$FEDAVG" --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/$name" --group demo \
+      --world-size "$PARTICIPANTS" --data "$DIGITS" --rounds "$ROUNDS" --aggregate both \
+      --min-accuracy "$MIN_ACCURACY" --timeout "$JOIN_TIMEOUT" \
+      >"$WORK/$name.fedavg.stdout" 2>"$WORK/$name.fedavg.stderr" &
+    JOIN_PIDS+=($!)
+  done
+  FEDAVG_RC=()
+  for i in "${!NAMES[@]}"; do
+    rc=0; wait "${JOIN_PIDS[$i]}" || rc=$?
+    FEDAVG_RC+=("$rc")
+  done
+  JOIN_PIDS=()
+  elapsed_ms=$(( $(date +%s%N) / 1000000 - start_ms ))
+  # Rank 0 prints the setup and the table; every site ends with its accuracy.
+  LEADER=""
+  for name in "${NAMES[@]}"; do
+    if head -n 1 "$WORK/$name.fedavg.stdout" | grep -q '^fedavg_digits:'; then LEADER="$name"; fi
+  done
+  if [ -n "$LEADER" ]; then
+    grep -v '^final test accuracy:' "$WORK/$LEADER.fedavg.stdout" | sed 's/^/   /' || true
+    FINAL_LINE="$(grep '^final test accuracy:' "$WORK/$LEADER.fedavg.stdout" | tail -n 1 || true)"
+  fi
+  printf '   all %d sites finished in %d.%03d s\n' "$PARTICIPANTS" $((elapsed_ms / 1000)) $((elapsed_ms % 1000))
+  for i in "${!NAMES[@]}"; do
+    name="${NAMES[$i]}"; rc="${FEDAVG_RC[$i]}"
+    theirs="$(grep '^final test accuracy:' "$WORK/$name.fedavg.stdout" | tail -n 1 || true)"
+    if [ "$rc" != 0 ]; then
+      echo "FAIL: fedavg_site $name exited $rc"
+      tail -n 5 "$WORK/$name.fedavg.stderr" | sed 's/^/   stderr: /' || true
+      FEDAVG_FAILED=1
+    elif [ -z "$FINAL_LINE" ] || [ "$theirs" != "$FINAL_LINE" ]; then
+      echo "FAIL: fedavg_site $name reports '$theirs', rank 0 '$FINAL_LINE'"
+      FEDAVG_FAILED=1
+    fi
+  done
+  if [ -n "$FINAL_LINE" ]; then
+    ACCURACY="${FINAL_LINE#final test accuracy: }"
+    if ! awk -v a="$ACCURACY" -v m="$MIN_ACCURACY" 'BEGIN { exit !(a + 0 >= m + 0) }'; then
+      echo "FAIL: final test accuracy $ACCURACY is below $MIN_ACCURACY"
+      FEDAVG_FAILED=1
+    fi
+  else
+    echo "FAIL: no site reported a final test accuracy"
+    FEDAVG_FAILED=1
+  fi
+fi
+
 echo "== stopping fedgather-server (SIGTERM)"
 SERVER_RC=0
 kill -TERM "$SERVER_PID" 2>/dev/null || true
@@ -264,7 +337,7 @@ if [ "$AUDIT_RC" != 0 ]; then
   echo "FAIL: fedgather audit verify exited $AUDIT_RC"
   FAILED=$((FAILED + 1))
 fi
-FAILED=$((FAILED + ADMIN_FAILED))
+FAILED=$((FAILED + ADMIN_FAILED + FEDAVG_FAILED))
 if [ "$SERVER_RC" != 0 ]; then
   echo "FAIL: fedgather-server exited $SERVER_RC on SIGTERM (want 0)"
   FAILED=$((FAILED + 1))
@@ -272,7 +345,8 @@ fi
 
 echo
 if [ "$FAILED" = 0 ]; then
-  echo "PASS: $PARTICIPANTS participants gathered every contribution over mutual TLS; the audit chain verifies"
+  echo "PASS: $PARTICIPANTS participants gathered every contribution over mutual TLS and trained together; the audit chain verifies"
+  if [ -n "$FINAL_LINE" ]; then echo "$FINAL_LINE"; fi
   exit 0
 fi
 if [ "$KEEP" = 1 ]; then
@@ -281,4 +355,5 @@ else
   echo "FAIL: see above (--keep keeps the logs and files); fedgather-server log tail:"
 fi
 tail -n 30 "$WORK/server.log" | sed 's/^/  /'
+if [ -n "$FINAL_LINE" ]; then echo "$FINAL_LINE"; fi
 exit 1

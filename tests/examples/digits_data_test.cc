@@ -1,9 +1,9 @@
 #include "examples/fedavg_digits/digits_data.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <utility>
 
@@ -86,6 +86,7 @@ TEST(DigitsDataTest, ReadsPlainCsvAndNamesBadLines) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(LoadDigits(TempPath("missing.csv")).status().code(),
             absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
 }
 
 TEST(DigitsDataTest, SplitIsAPartitionWithAStratifiedTestSet) {

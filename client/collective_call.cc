@@ -223,19 +223,21 @@ void CollectiveCall::DownloadSink::Data(const uint8_t* data, size_t size) {
 }
 
 absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
-  if (commit.contributions_size() != setup_.world_size) {
-    return absl::DataLossError(
-        absl::StrCat("the commit lists ", commit.contributions_size(),
-                     " contributions for world size ", setup_.world_size));
-  }
-  for (int r = 0; r < setup_.world_size; ++r) {
-    const v1::RankDigest& entry = commit.contributions(r);
+  // The commit lists the contributors in rank order: every rank, or, when a
+  // quorum round closed without some, the ranks that made it.
+  std::vector<bool> listed(setup_.world_size, false);
+  int previous = -1;
+  for (const v1::RankDigest& entry : commit.contributions()) {
+    const int r = static_cast<int>(entry.rank());
     Sha256Digest committed;
-    if (entry.rank() != static_cast<uint32_t>(r) ||
+    if (r <= previous || r >= setup_.world_size ||
         !DigestFromBytes(entry.sha256(), &committed)) {
-      return absl::DataLossError(
-          absl::StrCat("the commit's entry ", r, " is malformed"));
+      return absl::DataLossError(absl::StrCat("the commit's entry for rank ",
+                                              entry.rank(), " is malformed"));
     }
+    previous = r;
+    listed[r] = true;
+    contributors_.push_back(r);
     Sha256Digest received = own_digest_;
     if (!Sends(r)) {
       received = Sha256().Finish();  // it sent nothing
@@ -259,6 +261,24 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
           absl::StrCat("rank ", r, " (", entry.identity(),
                        "): the received bytes hash to ", DigestToHex(received),
                        " but the commit says ", DigestToHex(committed)));
+    }
+  }
+  if (!listed[setup_.rank]) {
+    return absl::DataLossError(
+        "the commit leaves this rank's contribution out");
+  }
+  for (int r = 0; r < setup_.world_size; ++r) {
+    if (listed[r]) continue;
+    if (parts_[r].have_header) {
+      return absl::DataLossError(
+          absl::StrCat("rank ", r, " sent data but the commit leaves it out"));
+    }
+    // A rank shut out of a quorum round: its ALL_GATHER rows are zeros.
+    if (setup_.op != v1::ALL_GATHER) continue;
+    for (size_t i = 0; i < fingerprint_.size(); ++i) {
+      FG_ASSIGN_OR_RETURN(uint8_t * row, target_->Place(r, static_cast<int>(i),
+                                                        fingerprint_[i]));
+      std::memset(row, 0, static_cast<size_t>(input_bytes_[i]));
     }
   }
   if (setup_.op == v1::ALL_REDUCE) {

@@ -77,6 +77,12 @@ class CollectiveCall
   // arrived and every rank's bytes matched their digests.
   absl::Status Wait(absl::Duration timeout);
 
+  // Contributors are the ranks whose contributions the commit holds, in
+  // order: every rank, or those a quorum round committed with. Valid after
+  // Wait returned OK. The rows of ALL_GATHER ranks left out are zeros; the
+  // ReceiveTarget is never asked to place other ops' left-out parts.
+  const std::vector<int>& contributors() const { return contributors_; }
+
  private:
   // Copies chunk payloads into the target and hashes them.
   class DownloadSink : public ChunkSink {
@@ -131,6 +137,7 @@ class CollectiveCall
   // world size: the result.
   std::vector<Part> parts_;
   bool committed_ = false;
+  std::vector<int> contributors_;
 
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // first client-side error

@@ -171,7 +171,11 @@ absl::Status Group::Run(CollectiveSetup setup,
   FG_RETURN_IF_ERROR(call.Start(&generic_stub_));
   // The header is on its way: this seq is spent whatever the outcome.
   ++next_seq_;
-  return call.Wait(options.timeout);
+  FG_RETURN_IF_ERROR(call.Wait(options.timeout));
+  if (options.contributors != nullptr) {
+    *options.contributors = call.contributors();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Group::RunAllGatherInto(

@@ -9,7 +9,10 @@
 //                       local input (then nothing is sent)
 //   FAILED_PRECONDITION ranks called different ops or seqs; the group ended
 //   UNAVAILABLE         a member disconnected (the message names it)
-//   DEADLINE_EXCEEDED   the round deadline passed (lists who is missing)
+//   DEADLINE_EXCEEDED   the round deadline passed (lists who is missing);
+//                       in a quorum group, fewer than min_quorum had started
+//   FAILED_PRECONDITION (also) this rank came after its quorum round closed
+//                       without it; the group carries on with the next seq
 //   DATA_LOSS           received bytes do not match the committed digests
 // Thread safety: every method may be called from any thread; collectives
 // run one at a time, in the order they were called.
@@ -50,6 +53,15 @@ struct CollectiveOptions {
   // Client-side bound on one collective. The server's round deadline is the
   // primary one; this only guards against a server that stops answering.
   absl::Duration timeout = absl::Hours(1);
+  // When set, receives the ranks whose contributions the round committed,
+  // in order, before the collective completes successfully. That is every
+  // rank, except in a group with a min_quorum, where a round may close at
+  // its deadline without the ranks that had not started: then their
+  // ALL_GATHER rows are zeros, their ALL_GATHER_V parts and
+  // ALL_GATHER_BYTES strings are empty, and an ALL_REDUCE (MEAN and
+  // WEIGHTED_MEAN included) reduces the contributors only. The memory must
+  // stay valid until the collective completes.
+  std::vector<int>* contributors = nullptr;
 };
 
 class Group {

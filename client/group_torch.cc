@@ -208,6 +208,13 @@ Work<std::vector<at::Tensor>> Group::AllGatherVAsync(
         };
         FG_RETURN_IF_ERROR(
             RunAllGatherV(absl::MakeConstSpan(&view, 1), allocate, options));
+        for (at::Tensor& part : parts) {  // ranks a quorum round left out
+          if (part.defined()) continue;
+          std::vector<int64_t> shape(input.sizes().begin(),
+                                     input.sizes().end());
+          if (!shape.empty()) shape[0] = 0;
+          part = at::empty(shape, tensor_options);
+        }
         return parts;
       });
 }

@@ -56,6 +56,21 @@ absl::StatusOr<int64_t> ParseCount(const YAML::Node& node, int64_t max,
   return value;
 }
 
+// ParseDurationValue reads a positive duration in Go syntax: "30s", "2m",
+// "1h30m", "500ms".
+absl::StatusOr<absl::Duration> ParseDurationValue(const YAML::Node& node,
+                                                  const Where& where) {
+  FG_ASSIGN_OR_RETURN(const std::string text, Scalar(node, where));
+  absl::Duration duration;
+  if (!absl::ParseDuration(text, &duration) ||
+      duration <= absl::ZeroDuration() ||
+      duration == absl::InfiniteDuration()) {
+    return where.Error(absl::StrCat(
+        "'", text, "' is not a positive duration (such as 30s, 2m, 1h30m)"));
+  }
+  return duration;
+}
+
 // ParseBytes reads a positive byte count: a number, optionally followed by
 // KiB, MiB, GiB or TiB.
 absl::StatusOr<int64_t> ParseBytes(const YAML::Node& node, const Where& where) {
@@ -194,6 +209,10 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
           const int64_t n,
           ParseCount(item.second, kMaxWorldSize, where.In("min_quorum")));
       group.min_quorum = static_cast<int>(n);
+    } else if (key == "round_deadline") {
+      FG_ASSIGN_OR_RETURN(
+          group.round_deadline,
+          ParseDurationValue(item.second, where.In("round_deadline")));
     } else if (key == "members") {
       FG_RETURN_IF_ERROR(RequireMap(
           item.second, where.In("members (identity: role, one per line)")));
@@ -207,9 +226,10 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
         }
       }
     } else {
-      return where.Error(
-          absl::StrCat("unknown key '", key,
-                       "' (expected name, world_size, min_quorum, members)"));
+      return where.Error(absl::StrCat(
+          "unknown key '", key,
+          "' (expected name, world_size, min_quorum, round_deadline, "
+          "members)"));
     }
   }
   if (!has_world_size) return where.Error("world_size is missing");
@@ -318,6 +338,7 @@ std::vector<GroupConfig> AccessPolicy::GroupConfigs() const {
     config.name = group.name;
     config.world_size = group.world_size;
     config.min_quorum = group.min_quorum;
+    config.round_deadline = group.round_deadline;
     for (const auto& [identity, role] : group.members) {
       if (role == Role::kParticipant) config.members.push_back(identity);
     }

@@ -17,6 +17,7 @@
 //     - name: demo
 //       world_size: 2
 //       min_quorum: 2                          # optional, 1..world_size
+//       round_deadline: 30s                    # optional; see GroupConfig
 //       members:
 //         spiffe://fedgather/site-1: participant
 //         spiffe://fedgather/site-2: participant
@@ -41,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "server/group_config.h"
 
 namespace fedgather::server {
@@ -78,8 +80,9 @@ struct IdentityLimitOverrides {
 struct GroupPolicy {
   std::string name;
   int world_size = 0;
-  int min_quorum = 0;                   // 0: every member must contribute
-  std::map<std::string, Role> members;  // identity -> role
+  int min_quorum = 0;  // 0: every member must contribute
+  absl::Duration round_deadline = absl::ZeroDuration();  // 0: the server's
+  std::map<std::string, Role> members;                   // identity -> role
 };
 
 class AccessPolicy {

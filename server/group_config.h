@@ -9,13 +9,20 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace fedgather::server {
 
 struct GroupConfig {
   std::string name;
   int world_size = 0;
-  int min_quorum = 0;                // 0: every member must contribute
+  int min_quorum = 0;  // 0: every member must contribute
+  // How long a round waits for its ranks, from its first header. Zero: the
+  // server's --round-timeout. In a quorum group (0 < min_quorum <
+  // world_size) it is the quorum deadline: the ranks that have started by
+  // then are the round's contributors, given --round-timeout more to
+  // finish; otherwise the round fails when it passes.
+  absl::Duration round_deadline = absl::ZeroDuration();
   std::vector<std::string> members;  // participants, as in certificates
 };
 

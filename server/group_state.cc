@@ -259,8 +259,13 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
   if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
   if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
     if (!it->second.ok()) return it->second;
-    return absl::FailedPreconditionError(
-        absl::StrCat(Describe(), " seq ", seq, " has already completed"));
+    // Only a rank a quorum round closed without can name a completed seq:
+    // every contributor has moved past it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), " seq ", seq, " has already completed without rank ",
+        header.rank(), " (", identity,
+        "), which came after its quorum deadline; its next collective is seq ",
+        seq + 1));
   }
   if (!closing_.ok()) return closing_;
   RoundOptions options;
@@ -269,8 +274,19 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
   options.seq = seq;
   for (const Member& m : members_) options.identities.push_back(m.identity);
   options.max_buffered_bytes = limits_.max_buffered_bytes_per_round;
-  options.deadline = now + limits_.round_timeout;
-  options.timeout = limits_.round_timeout;
+  const absl::Duration wait = config_.round_deadline > absl::ZeroDuration()
+                                  ? config_.round_deadline
+                                  : limits_.round_timeout;
+  if (config_.min_quorum > 0 && config_.min_quorum < world) {
+    options.min_quorum = config_.min_quorum;
+    options.quorum_deadline = now + wait;
+    options.quorum_wait = wait;
+    options.deadline = options.quorum_deadline + limits_.round_timeout;
+    options.timeout = wait + limits_.round_timeout;
+  } else {
+    options.deadline = now + wait;
+    options.timeout = wait;
+  }
   options.events = limits_.events;
   const uint64_t epoch = epoch_;
   options.on_finished = [this, epoch](uint64_t seq,

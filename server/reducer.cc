@@ -187,15 +187,15 @@ struct FoldInto {
 struct FinishFrom {
   v1::ReduceOp op;
   const std::vector<uint8_t>* accumulator;
-  int64_t count;
   int ranks;
   double weight;
 
   template <typename T>
   std::string operator()() const {
-    return Finish<T>(
-        op, reinterpret_cast<const typename T::Accum*>(accumulator->data()),
-        count, ranks, weight);
+    using Acc = typename T::Accum;
+    return Finish<T>(op, reinterpret_cast<const Acc*>(accumulator->data()),
+                     static_cast<int64_t>(accumulator->size() / sizeof(Acc)),
+                     ranks, weight);
   }
 };
 
@@ -251,12 +251,30 @@ std::optional<std::string> Reducer::Add(int rank, double weight, int tensor,
   if (first) held_bytes_ += static_cast<int64_t>(partial.accumulator.size());
   ++partial.count;
   partial.weight += weight;
-  if (partial.count < world_size_) return std::nullopt;
-  std::string finished =
-      WithTraits(dtype, FinishFrom{op_, &partial.accumulator, count,
-                                   partial.count, partial.weight});
+  if (partial.count < contributors_) return std::nullopt;
+  return Finish(tensor, offset, partial);
+}
+
+std::string Reducer::Finish(int tensor, int64_t offset, Partial& partial) {
+  std::string finished = WithTraits(
+      fingerprint_[tensor].dtype,
+      FinishFrom{op_, &partial.accumulator, partial.count, partial.weight});
   held_bytes_ -= static_cast<int64_t>(partial.accumulator.size());
   partials_.erase({tensor, offset});
+  return finished;
+}
+
+std::vector<Reducer::FinishedChunk> Reducer::CloseContributors(
+    int contributors) {
+  contributors_ = contributors;
+  std::vector<FinishedChunk> finished;
+  for (auto it = partials_.begin(); it != partials_.end();) {
+    const auto [tensor, offset] = (it++)->first;  // Finish erases the entry
+    Partial& partial = partials_.at({tensor, offset});
+    if (partial.count < contributors_) continue;
+    finished.push_back(
+        FinishedChunk{tensor, offset, Finish(tensor, offset, partial)});
+  }
   return finished;
 }
 

@@ -45,10 +45,23 @@ class Reducer {
   // The caller guarantees that the chunk lies within the tensor, ends on an
   // element boundary (ChunkSequence and equal chunk limits), and that each
   // rank adds each chunk once. Returns the finished chunk, in the tensor's
-  // dtype, when this was the last of `world_size` copies; nullopt otherwise.
+  // dtype, when this was the last copy it needs (the world size, or the
+  // contributors after CloseContributors); nullopt otherwise.
   std::optional<std::string> Add(int rank, double weight, int tensor,
                                  int64_t offset, const uint8_t* data,
                                  int64_t size);
+
+  // A chunk the reduction finished.
+  struct FinishedChunk {
+    int tensor;
+    int64_t offset;
+    std::string data;  // in the tensor's dtype
+  };
+  // CloseContributors says that only `contributors` ranks (fewer than the
+  // world size: a quorum) will add chunks from now on, and returns the
+  // chunks that this finishes, in (tensor, offset) order. The caller
+  // guarantees that the ranks that stay are the only ones that added any.
+  std::vector<FinishedChunk> CloseContributors(int contributors);
 
   // HeldBytes is the accumulator memory held now.
   int64_t HeldBytes() const { return held_bytes_; }
@@ -61,12 +74,16 @@ class Reducer {
   };
 
   Reducer(v1::ReduceOp op, const Fingerprint& fingerprint, int world_size)
-      : op_(op), fingerprint_(fingerprint), world_size_(world_size) {}
+      : op_(op), fingerprint_(fingerprint), contributors_(world_size) {}
+
+  // Finish converts the finished `partial` of chunk (tensor, offset)
+  // and frees it.
+  std::string Finish(int tensor, int64_t offset, Partial& partial);
 
   const v1::ReduceOp op_;
   const Fingerprint fingerprint_;
-  const int world_size_;
-  std::map<std::pair<int, int64_t>, Partial> partials_;
+  int contributors_;  // the ranks a chunk needs to be finished
+  std::map<std::pair<int, int64_t>, Partial> partials_;  // in chunk order
   int64_t held_bytes_ = 0;
 };
 

@@ -13,7 +13,8 @@ namespace fedgather::server {
 Round::Round(RoundOptions options)
     : options_(std::move(options)),
       world_(static_cast<int>(options_.identities.size())),
-      ranks_(options_.identities.size()) {}
+      ranks_(options_.identities.size()),
+      contributors_(world_) {}
 
 std::string Round::Describe() const {
   return absl::StrCat("group '", options_.group, "' epoch ", options_.epoch,
@@ -107,11 +108,19 @@ absl::Status Round::Attach(int rank, const std::string& peer,
                            PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
+  RankState& state = ranks_[rank];
+  if (state.shut_out) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), " closed at its quorum deadline of ",
+        absl::FormatDuration(options_.quorum_wait), " with ", contributors_,
+        " of ", world_, " ranks; ", RankName(rank),
+        " came too late and is not part of it; its next collective is seq ",
+        options_.seq + 1));
+  }
   if (complete_) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), " has already completed"));
   }
-  RankState& state = ranks_[rank];
   if (state.attached) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), ": ", RankName(rank),
@@ -176,7 +185,8 @@ absl::Status Round::Attach(int rank, const std::string& peer,
 
 void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
                    PendingCallbacks* callbacks) {
-  const int receivers = rank == kEveryRank ? world_ : world_ - 1;
+  // Every contributor but the sender (all ranks until a quorum closes).
+  const int receivers = rank == kEveryRank ? contributors_ : contributors_ - 1;
   if (receivers == 0) return;
   log_.push_back(LogEntry{rank, std::move(frame), bytes, receivers});
   buffered_bytes_ += bytes;
@@ -220,13 +230,23 @@ bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
   const bool behind = world_ > 1 && (result.has_value() ||
                                      reducer_->HeldBytes() <= held_before);
   if (result.has_value()) {
-    result_hasher_.Update(result->data(), result->size());
-    ChunkMeta out = meta;
-    out.rank = static_cast<uint32_t>(world_);  // the result's "rank"
-    Append(kEveryRank, EncodeOwnedChunkFrame(out, *std::move(result)), size,
-           callbacks);
+    AppendResultLocked(static_cast<int>(meta.tensor_index),
+                       static_cast<int64_t>(meta.offset), *std::move(result),
+                       callbacks);
   }
   return behind || PauseIfFullLocked(rank);
+}
+
+void Round::AppendResultLocked(int tensor, int64_t offset, std::string data,
+                               PendingCallbacks* callbacks) {
+  result_hasher_.Update(data.data(), data.size());
+  ChunkMeta out;
+  out.rank = static_cast<uint32_t>(world_);  // the result's "rank"
+  out.tensor_index = static_cast<uint32_t>(tensor);
+  out.offset = static_cast<uint64_t>(offset);
+  const int64_t size = static_cast<int64_t>(data.size());
+  Append(kEveryRank, EncodeOwnedChunkFrame(out, std::move(data)), size,
+         callbacks);
 }
 
 void Round::Release(LogEntry& entry, PendingCallbacks* callbacks) {
@@ -256,17 +276,32 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   contributed.bytes = state.received_bytes;
   contributed.sha256_hex = DigestToHex(digest);
   DeferEvent(options_.events, std::move(contributed), callbacks);
-  if (++ended_count_ < world_) return;
+  if (++ended_count_ < contributors_) return;
+  CompleteLocked(callbacks);
+}
+
+void Round::CompleteLocked(PendingCallbacks* callbacks) {
   complete_ = true;
   if (op_ == v1::ALL_REDUCE) result_digest_ = result_hasher_.Finish();
   commit_frame_ = CommitFrameLocked();
   ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
   if (op_ == v1::ALL_REDUCE) committed.sha256_hex = DigestToHex(result_digest_);
+  std::vector<std::string> shut_out;
   for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].shut_out) {
+      shut_out.push_back(RankName(r));
+      continue;
+    }
     committed.contributions.push_back(ContributionDigest{
         r, options_.identities[r], DigestToHex(ranks_[r].digest),
         ranks_[r].received_bytes});
     committed.bytes += ranks_[r].received_bytes;
+  }
+  if (!shut_out.empty()) {
+    committed.details.emplace_back(
+        "quorum", absl::StrCat(contributors_, " of ", world_, " (min_quorum ",
+                               options_.min_quorum, ")"));
+    committed.details.emplace_back("shut_out", absl::StrJoin(shut_out, ", "));
   }
   DeferEvent(options_.events, std::move(committed), callbacks);
   if (options_.on_finished) {
@@ -284,6 +319,7 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
   commit->set_epoch(options_.epoch);
   commit->set_seq(options_.seq);
   for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].shut_out) continue;
     v1::RankDigest* digest = commit->add_contributions();
     digest->set_rank(r);
     digest->set_identity(options_.identities[r]);
@@ -416,12 +452,61 @@ std::string Round::ProgressLocked() const {
 
 void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  if (finished() || now < options_.deadline) return;
+  if (finished()) return;
+  if (now < options_.deadline) {
+    if (now >= options_.quorum_deadline && contributors_ == world_) {
+      CloseQuorumLocked(callbacks);
+    }
+    return;
+  }
   FailLocked(
       absl::DeadlineExceededError(absl::StrCat(
           Describe(), " exceeded its deadline of ",
           absl::FormatDuration(options_.timeout), "; ", ProgressLocked())),
       callbacks);
+}
+
+void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
+  std::vector<int> started;
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].attached) started.push_back(r);
+  }
+  const int count = static_cast<int>(started.size());
+  if (count == world_) return;  // everyone is in: nothing to close
+  const std::string why = absl::StrCat(
+      Describe(), " reached its quorum deadline of ",
+      absl::FormatDuration(options_.quorum_wait), " with ", count, " of ",
+      world_, " ranks started (min_quorum ", options_.min_quorum, ")");
+  if (count < options_.min_quorum) {
+    FailLocked(absl::DeadlineExceededError(
+                   absl::StrCat(why, ", below quorum; ", ProgressLocked())),
+               callbacks);
+    return;
+  }
+  if (op_ == v1::BROADCAST && !ranks_[root_].attached) {
+    FailLocked(absl::DeadlineExceededError(
+                   absl::StrCat(why, ", but not the broadcast's root ",
+                                RankName(root_), "; ", ProgressLocked())),
+               callbacks);
+    return;
+  }
+  // The ranks that have not started are no longer receivers: drop their
+  // claims on the log, and let the reduction finish without them.
+  contributors_ = count;
+  const int shut_out = world_ - count;
+  for (int r = 0; r < world_; ++r) ranks_[r].shut_out = !ranks_[r].attached;
+  for (LogEntry& entry : log_) {
+    if (entry.pending_writes == 0) continue;
+    entry.pending_writes -= shut_out;
+    if (entry.pending_writes == 0) Release(entry, callbacks);
+  }
+  if (reducer_ != nullptr) {
+    for (Reducer::FinishedChunk& chunk : reducer_->CloseContributors(count)) {
+      AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
+                         callbacks);
+    }
+  }
+  if (ended_count_ >= contributors_) CompleteLocked(callbacks);
 }
 
 }  // namespace fedgather::server

@@ -67,9 +67,19 @@ struct RoundOptions {
   uint64_t seq = 0;
   std::vector<std::string> identities;  // by rank; size is the world size
   int64_t max_buffered_bytes = 256 << 20;
+  // The hard deadline: past it the round fails with DEADLINE_EXCEEDED.
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration timeout = absl::InfiniteDuration();  // for messages only
-  EventSink* events = nullptr;                        // may be null
+  // A quorum round (0 < min_quorum < world size) waits for every rank until
+  // quorum_deadline. Then the ranks that have started contributing are the
+  // round's contributors, if they are at least min_quorum (and include a
+  // BROADCAST's root): the others are shut out and the round commits when
+  // the contributors finish. Fewer, and the round fails with
+  // DEADLINE_EXCEEDED naming the missing ranks.
+  int min_quorum = 0;
+  absl::Time quorum_deadline = absl::InfiniteFuture();
+  absl::Duration quorum_wait = absl::InfiniteDuration();  // for messages
+  EventSink* events = nullptr;                            // may be null
   // Called once, through PendingCallbacks, when the round has completed (OK)
   // or failed (its status).
   std::function<void(uint64_t seq, const absl::Status& outcome)> on_finished;
@@ -93,7 +103,8 @@ class Round {
   // upload no bytes. For ALL_REDUCE every rank must name the same reduction
   // (and a positive weight for WEIGHTED_MEAN); nothing a rank uploads is
   // forwarded: the round reduces it (OfferReduceChunk) and every rank gets
-  // the result.
+  // the result. A rank shut out of a quorum round gets FAILED_PRECONDITION,
+  // and the round carries on.
   absl::Status Attach(int rank, const std::string& peer,
                       const v1::CollectiveHeader& header,
                       const Fingerprint& fingerprint,
@@ -140,7 +151,8 @@ class Round {
 
   // CheckDeadline fails the round with DEADLINE_EXCEEDED, listing the ranks
   // that had not contributed and their byte progress, once `now` passes the
-  // deadline.
+  // deadline. At the quorum deadline it closes a quorum round to the ranks
+  // that have not started (or fails it, below quorum).
   void CheckDeadline(absl::Time now, PendingCallbacks* callbacks);
 
   // Describe names the round: "group 'demo' epoch 1 seq 0".
@@ -178,11 +190,24 @@ class Round {
     bool read_paused = false;
     bool commit_sent = false;
     bool lost = false;
+    bool shut_out = false;  // not a contributor of this quorum round
   };
 
   bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return complete_ || !status_.ok();
   }
+  // CloseQuorumLocked closes the round to the ranks that have not started,
+  // at the quorum deadline.
+  void CloseQuorumLocked(PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CompleteLocked commits the round once every contributor has ended.
+  void CompleteLocked(PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AppendResultLocked hashes a finished ALL_REDUCE chunk and appends it
+  // for every rank.
+  void AppendResultLocked(int tensor, int64_t offset, std::string data,
+                          PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // HeldLocked is what counts against max_buffered_bytes: frames in the log
   // and the reduction's accumulators.
   int64_t HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -229,6 +254,8 @@ class Round {
   std::vector<LogEntry> log_ ABSL_GUARDED_BY(mu_);
   int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int ended_count_ ABSL_GUARDED_BY(mu_) = 0;
+  // The ranks the round waits for: the world size, until a quorum closes it.
+  int contributors_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ByteBuffer commit_frame_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);  // first failure

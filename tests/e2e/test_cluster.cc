@@ -85,7 +85,8 @@ std::string TestCluster::DefaultPolicy() const {
   }
   yaml += options_.policy_extra;
   yaml += "groups:\n  - name: demo\n    world_size: " +
-          std::to_string(options_.participants) + "\n    members:\n";
+          std::to_string(options_.participants) + "\n" + options_.group_extra +
+          "    members:\n";
   for (int i = 0; i < options_.participants; ++i) {
     yaml += "      " + ParticipantIdentity(Site(i)) + ": participant\n";
   }

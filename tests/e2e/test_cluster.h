@@ -42,6 +42,8 @@ struct ClusterOptions {
   std::vector<std::string> admins;     // admins of "demo" and server admins
   // Extra YAML appended to the policy's top level (e.g. "limits: {...}\n").
   std::string policy_extra;
+  // Extra keys of group "demo", indented by 4 (e.g. "    min_quorum: 2\n").
+  std::string group_extra;
   bool audit = false;          // a signed audit log at dir()/audit.jsonl
   bool crl = false;            // --crl dir()/crl.pem, which starts empty
   server::GroupLimits limits;  // events are set by the cluster

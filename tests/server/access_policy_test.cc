@@ -27,6 +27,7 @@ groups:
   - name: demo
     world_size: 2
     min_quorum: 1
+    round_deadline: 1m30s
     members:
       spiffe://fedgather/site-2: participant
       spiffe://fedgather/site-1: participant
@@ -68,6 +69,8 @@ TEST(AccessPolicyTest, ParsesGroupsRolesAndQuorum) {
                                               "spiffe://fedgather/site-2"));
   EXPECT_EQ(configs[0].min_quorum, 1);
   EXPECT_EQ(configs[1].min_quorum, 0);
+  EXPECT_EQ(configs[0].round_deadline, absl::Seconds(90));
+  EXPECT_EQ(configs[1].round_deadline, absl::ZeroDuration());
   EXPECT_EQ(policy.RoleOf("spiffe://fedgather/dash", "demo"), Role::kObserver);
   EXPECT_EQ(policy.RoleOf("spiffe://fedgather/dash", "other"), std::nullopt);
   EXPECT_EQ(policy.sha256().size(), 64u);
@@ -201,6 +204,17 @@ TEST(AccessPolicyTest, RejectsMalformedPolicies) {
       "version: 1\ngroups:\n  - name: g\n    world_size: 1\n    min_quorum: "
       "2\n    members: {a: participant}\n",
       {"min_quorum 2 is larger than world_size 1"});
+  ExpectInvalid(
+      "version: 1\ngroups:\n  - name: g\n    world_size: 1\n    "
+      "round_deadline: "
+      "soon\n    members: {a: participant}\n",
+      {"group 'g'", "round_deadline",
+       "'soon' is not a positive duration (such as 30s, 2m, 1h30m)"});
+  ExpectInvalid(
+      "version: 1\ngroups:\n  - name: g\n    world_size: 1\n    "
+      "round_deadline: "
+      "-5s\n    members: {a: participant}\n",
+      {"'-5s' is not a positive duration"});
   ExpectInvalid(
       "version: 1\ngroups:\n  - name: g\n    world_size: 1\n    members: {a: "
       "boss}\n",

@@ -153,6 +153,9 @@ class RoundTest : public ::testing::Test {
     options.max_buffered_bytes = max_buffered_bytes;
     options.deadline = deadline;
     options.timeout = timeout;
+    options.min_quorum = min_quorum_;
+    options.quorum_deadline = quorum_deadline_;
+    options.quorum_wait = absl::Seconds(10);
     options.events = &events_;
     options.on_finished = [this](uint64_t seq, const absl::Status& outcome) {
       finished_.emplace_back(seq, outcome);
@@ -239,6 +242,15 @@ class RoundTest : public ::testing::Test {
     }
   }
 
+  void CheckDeadline(Round& round, absl::Time now) {
+    PendingCallbacks callbacks;
+    round.CheckDeadline(now, &callbacks);
+    callbacks.Run();
+  }
+
+  // Set before MakeRound for a quorum round.
+  int min_quorum_ = 0;
+  absl::Time quorum_deadline_ = absl::InfiniteFuture();
   RecordingEvents events_;
   std::vector<std::shared_ptr<FakeRoundStream>> streams_;
   std::vector<std::string> payloads_;
@@ -662,6 +674,96 @@ TEST_F(RoundTest, CheckDeadlineWithNobodyStarted) {
                 "(site-b): not started"));
 }
 
+TEST_F(RoundTest, QuorumRoundWaitsForEveryRankUntilItsDeadline) {
+  min_quorum_ = 2;
+  quorum_deadline_ = absl::FromUnixSeconds(100);
+  std::unique_ptr<Round> round =
+      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(Offer(*round, r, 0));
+    EXPECT_TRUE(Offer(*round, r, 1));
+    End(*round, r);
+  }
+  CheckDeadline(*round, absl::FromUnixSeconds(99));
+  EXPECT_TRUE(finished_.empty());
+  // Before the deadline a slow rank is still in, and the round takes all.
+  ASSERT_TRUE(Attach(*round, 2).ok());
+  EXPECT_TRUE(Offer(*round, 2, 0));
+  EXPECT_TRUE(Offer(*round, 2, 1));
+  End(*round, 2);
+  PumpAll(*round);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(received_[r].committed) << "rank " << r;
+    EXPECT_EQ(received_[r].commit.contributions_size(), 3);
+  }
+}
+
+TEST_F(RoundTest, QuorumDeadlineShutsOutLateRanksAndCommitsWithTheOthers) {
+  min_quorum_ = 2;
+  quorum_deadline_ = absl::FromUnixSeconds(100);
+  std::unique_ptr<Round> round =
+      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_TRUE(Offer(*round, 1, 0));
+  Pump(*round, 0, &received_[0]);
+  Pump(*round, 1, &received_[1]);
+  // Every frame is written to ranks 0 and 1 but held for rank 2.
+  EXPECT_GT(round->BufferedBytes(), 0);
+  CheckDeadline(*round, absl::FromUnixSeconds(100));
+  // Rank 2 is no longer a receiver: its claims are dropped.
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  const absl::Status late = Attach(*round, 2);
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(late.message(),
+            "group 'demo' epoch 1 seq 0 closed at its quorum deadline of 10s "
+            "with 2 of 3 ranks; rank 2 (site-c) came too late and is not part "
+            "of it; its next collective is seq 1");
+  // The contributors finish; the commit lists only them.
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  EXPECT_TRUE(Offer(*round, 1, 1));
+  End(*round, 0);
+  End(*round, 1);
+  Pump(*round, 0, &received_[0]);
+  Pump(*round, 1, &received_[1]);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(received_[r].committed) << "rank " << r;
+    ASSERT_EQ(received_[r].commit.contributions_size(), 2);
+    EXPECT_EQ(received_[r].commit.contributions(0).rank(), 0u);
+    EXPECT_EQ(received_[r].commit.contributions(1).rank(), 1u);
+    EXPECT_EQ(received_[r].data_by_rank[1 - r], payloads_[1 - r]);
+  }
+  EXPECT_EQ(round->BufferedBytes(), 0);
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_TRUE(finished_[0].second.ok());
+  const ServerEvent& committed = events_.events.back();
+  EXPECT_EQ(committed.kind, EventKind::kRoundCompleted);
+  EXPECT_EQ(committed.contributions.size(), 2u);
+  EXPECT_THAT(committed.details,
+              ::testing::Contains(std::make_pair(
+                  std::string("shut_out"), std::string("rank 2 (site-c)"))));
+}
+
+TEST_F(RoundTest, QuorumDeadlineBelowQuorumFailsNamingTheMissing) {
+  min_quorum_ = 2;
+  quorum_deadline_ = absl::FromUnixSeconds(100);
+  std::unique_ptr<Round> round =
+      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  CheckDeadline(*round, absl::FromUnixSeconds(100));
+  const absl::Status expected = absl::DeadlineExceededError(
+      "group 'demo' epoch 1 seq 0 reached its quorum deadline of 10s with 1 "
+      "of 3 ranks started (min_quorum 2), below quorum; missing "
+      "contributions: rank 0 (site-a): 0 of 8 bytes; rank 1 (site-b): not "
+      "started; rank 2 (site-c): not started");
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, expected);
+  ExpectAllFinishedWith(*round, expected);
+}
+
 TEST_F(RoundTest, CompletedRoundIgnoresLaterFailures) {
   std::unique_ptr<Round> round =
       MakeRound(2, int64_t{1} << 20, absl::FromUnixSeconds(10));
@@ -871,6 +973,35 @@ TEST_F(ReduceRoundTest, HeadersThatDisagreeFailEveryRank) {
   EXPECT_THAT(std::string(weight.message()),
               HasSubstr("rank 0 (site-a) declares weight 0; WEIGHTED_MEAN "
                         "needs a positive example count"));
+}
+
+TEST_F(ReduceRoundTest, QuorumDeadlineFinishesTheChunksTheContributorsSent) {
+  min_quorum_ = 2;
+  quorum_deadline_ = absl::FromUnixSeconds(100);
+  std::unique_ptr<Round> round =
+      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  ASSERT_TRUE(AttachReduce(*round, 0, v1::MEAN).ok());
+  ASSERT_TRUE(AttachReduce(*round, 1, v1::MEAN).ok());
+  EXPECT_TRUE(OfferReduce(*round, 0, {1, 2}));
+  EXPECT_TRUE(OfferReduce(*round, 1, {3, 6}));
+  EndWith(*round, 0, {1, 2});
+  EndWith(*round, 1, {3, 6});
+  // Waiting for rank 2: nothing goes out.
+  EXPECT_EQ(round->NextOutgoing(0).kind, Outgoing::Kind::kNothing);
+  CheckDeadline(*round, absl::FromUnixSeconds(100));
+  Pump(*round, 0, &received_[0]);
+  Pump(*round, 1, &received_[1]);
+  const std::vector<float> mean = {2, 4};  // of two ranks, not three
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_THAT(received_[r].log, ElementsAre("chunk 3 t0 @0", "commit"));
+    EXPECT_EQ(received_[r].data_by_rank[3],
+              std::string(reinterpret_cast<const char*>(mean.data()), 8));
+    EXPECT_EQ(received_[r].commit.contributions_size(), 2);
+  }
+  EXPECT_EQ(AttachReduce(*round, 2, v1::MEAN).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(round->BufferedBytes(), 0);
 }
 
 TEST_F(ReduceRoundTest, RanksAheadWaitButARankBehindNeverDoes) {

@@ -39,8 +39,9 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
     header->set_reduce(setup_.reduce);
     header->set_weight(setup_.weight);
   }
-  for (const ConstHostTensor& input : inputs_)
+  for (const ConstHostTensor& input : inputs_) {
     fingerprint_.push_back(input.spec);
+  }
   FingerprintToProto(fingerprint_, header->mutable_tensors());
   // The server applies the same checks; failing here sends nothing.
   FG_RETURN_IF_ERROR(FingerprintFromProto(header->tensors(), "input").status());
@@ -80,26 +81,65 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
       std::memcpy(own, inputs_[i].data, static_cast<size_t>(input_bytes_[i]));
     }
   }
+  stub_ = stub;
+  header_frame_ = std::move(header_frame);
+  StartAttempt(/*resume=*/false);
+  return absl::OkStatus();
+}
+
+void CollectiveCall::StartAttempt(bool resume) {
+  v1::CollectiveFrame frame = header_frame_;
+  if (resume) {
+    v1::CollectiveHeader* header = frame.mutable_header();
+    header->set_resume(true);
+    header->set_frames_received(frames_received_);
+    if (!own_digest_known_) {
+      own_digest_ = ContributionDigest();
+      own_digest_known_ = true;
+    }
+    header->set_contribution_sha256(own_digest_.data(), own_digest_.size());
+  }
+  ++stats_.streams;
+  attempt_ = std::make_unique<Attempt>(this, resume);
+  attempt_->Start(stub_, EncodeFrame(frame));
+}
+
+void CollectiveCall::Attempt::Start(grpc::GenericStub* stub,
+                                    grpc::ByteBuffer header) {
   stub->PrepareBidiStreamingCall(&context_, kCollectiveMethod,
                                  grpc::StubOptions(), this);
   StartRead(&read_buffer_);
-  write_buffer_ = EncodeFrame(header_frame);
+  write_buffer_ = std::move(header);
   StartWrite(&write_buffer_);
   StartCall();
-  return absl::OkStatus();
+}
+
+Sha256Digest CollectiveCall::ContributionDigest() const {
+  Sha256 hasher;
+  if (Sends(setup_.rank)) {
+    for (size_t i = 0; i < inputs_.size(); ++i) {
+      hasher.Update(inputs_[i].data, static_cast<size_t>(input_bytes_[i]));
+    }
+  }
+  return hasher.Finish();
 }
 
 bool CollectiveCall::Sends(int rank) const {
   return setup_.op != v1::BROADCAST || rank == setup_.root;
 }
 
-void CollectiveCall::WriteNext() {
+void CollectiveCall::WriteNext(Attempt* attempt) {
   while (write_tensor_ < inputs_.size() &&
          write_offset_ == input_bytes_[write_tensor_]) {
     ++write_tensor_;
     write_offset_ = 0;
   }
   if (write_tensor_ < inputs_.size()) {
+    if (setup_.break_after_bytes_sent >= 0 && stats_.streams == 1 &&
+        stats_.payload_bytes_sent >= setup_.break_after_bytes_sent) {
+      attempt->Cancel();  // the test hook: a broken connection
+      return;
+    }
     const int64_t left = input_bytes_[write_tensor_] - write_offset_;
     ChunkMeta meta;
     meta.rank = static_cast<uint32_t>(setup_.rank);
@@ -109,57 +149,107 @@ void CollectiveCall::WriteNext() {
     const uint8_t* data =
         static_cast<const uint8_t*>(inputs_[write_tensor_].data) +
         write_offset_;
-    own_hasher_.Update(data, meta.size);
-    write_buffer_ = EncodeChunkFrame(meta, data);
+    if (!own_digest_known_) own_hasher_.Update(data, meta.size);
+    attempt->write_buffer_ = EncodeChunkFrame(meta, data);
     write_offset_ += static_cast<int64_t>(meta.size);
-    StartWrite(&write_buffer_);
+    stats_.payload_bytes_sent += static_cast<int64_t>(meta.size);
+    attempt->StartWrite(&attempt->write_buffer_);
     return;
   }
   if (!end_sent_) {
     end_sent_ = true;
-    own_digest_ = own_hasher_.Finish();
+    if (!own_digest_known_) {
+      own_digest_ = own_hasher_.Finish();
+      own_digest_known_ = true;
+    }
     v1::CollectiveFrame frame;
     frame.mutable_end()->set_rank(setup_.rank);
     frame.mutable_end()->set_sha256(own_digest_.data(), own_digest_.size());
-    write_buffer_ = EncodeFrame(frame);
-    StartWrite(&write_buffer_);
+    attempt->write_buffer_ = EncodeFrame(frame);
+    attempt->StartWrite(&attempt->write_buffer_);
     return;
   }
-  StartWritesDone();
+  attempt->StartWritesDone();
 }
 
-void CollectiveCall::OnWriteDone(bool ok) {
-  // A failed write means the call is over; OnDone brings the status.
-  if (ok) WriteNext();
-}
-
-void CollectiveCall::OnReadDone(bool ok) {
+void CollectiveCall::Attempt::OnWriteDone(bool ok) {
+  // A failed write means the stream is over; OnDone brings the status.
   if (!ok) return;
-  if (absl::Status handled = HandleFrame(); !handled.ok()) {
-    Abort(handled);
-    return;
+  if (resume_) {
+    absl::MutexLock lock(&mu_);
+    if (!header_written_) {
+      header_written_ = true;
+      if (!position_known_) return;  // HandleResumed starts the upload
+    }
   }
-  StartRead(&read_buffer_);
+  call_->WriteNext(this);
 }
 
-void CollectiveCall::Abort(const absl::Status& status) {
+void CollectiveCall::Attempt::OnReadDone(bool ok) {
+  if (!ok) return;
+  if (call_->HandleRead(this)) StartRead(&read_buffer_);
+}
+
+void CollectiveCall::Attempt::OnDone(const grpc::Status& final_status) {
+  status = final_status;
+  const auto& trailers = context_.GetServerTrailingMetadata();
+  auto it = trailers.find(kFinalStatusKey);
+  server_final = it != trailers.end() && it->second != kFinalStatusRetry;
+  done.Notify();
+}
+
+bool CollectiveCall::HandleRead(Attempt* attempt) {
+  if (absl::Status handled = HandleFrame(attempt); !handled.ok()) {
+    Abort(attempt, handled);
+    return false;
+  }
+  if (setup_.break_after_frames_received >= 0 && stats_.streams == 1 &&
+      static_cast<int64_t>(frames_received_) >=
+          setup_.break_after_frames_received) {
+    attempt->Cancel();  // the test hook: a broken connection
+    return false;
+  }
+  return true;
+}
+
+void CollectiveCall::Abort(Attempt* attempt, const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (error_.ok()) error_ = status;
   }
-  context_.TryCancel();
+  attempt->Cancel();
 }
 
-absl::Status CollectiveCall::HandleFrame() {
+absl::Status CollectiveCall::HandleFrame(Attempt* attempt) {
   v1::CollectiveFrame frame;
   DownloadSink sink(this);
   FG_ASSIGN_OR_RETURN(const v1::CollectiveFrame::KindCase kind,
-                      DecodeFrame(read_buffer_, &frame, &sink));
+                      DecodeFrame(attempt->read_buffer_, &frame, &sink));
   switch (kind) {
     case v1::CollectiveFrame::kHeader:
-      return HandleHeader(frame.header());
-    case v1::CollectiveFrame::kChunk:
-      return absl::OkStatus();  // the sink placed it
+      FG_RETURN_IF_ERROR(HandleHeader(frame.header()));
+      ++frames_received_;
+      return absl::OkStatus();
+    case v1::CollectiveFrame::kChunk:  // the sink placed it
+      ++frames_received_;
+      return absl::OkStatus();
+    case v1::CollectiveFrame::kResumed: {
+      if (!attempt->resume_) {
+        return absl::InternalError(
+            "protocol error: Resumed on a stream that did not resume");
+      }
+      FG_RETURN_IF_ERROR(HandleResumed(frame.resumed()));
+      bool header_written;
+      {
+        absl::MutexLock lock(&attempt->mu_);
+        attempt->position_known_ = true;
+        header_written = attempt->header_written_;
+      }
+      // Whichever of this and the header's write completion comes second
+      // starts the upload.
+      if (header_written) WriteNext(attempt);
+      return absl::OkStatus();
+    }
     case v1::CollectiveFrame::kCommit:
       return HandleCommit(frame.commit());
     default:
@@ -220,6 +310,33 @@ void CollectiveCall::DownloadSink::Data(const uint8_t* data, size_t size) {
   std::memcpy(dest_, data, size);
   dest_ += size;
   hasher_->Update(data, size);
+  call_->stats_.payload_bytes_received += static_cast<int64_t>(size);
+}
+
+absl::Status CollectiveCall::HandleResumed(const v1::Resumed& resumed) {
+  int64_t left = static_cast<int64_t>(resumed.upload_bytes());
+  int64_t total = 0;
+  for (size_t i = 0; i < inputs_.size() && Sends(setup_.rank); ++i) {
+    total += input_bytes_[i];
+  }
+  if (left > total || (resumed.upload_ended() && left != total)) {
+    return absl::InternalError(absl::StrCat(
+        "protocol error: the server resumes at byte ", left, " of ", total));
+  }
+  // The upload goes on from there (the digest is already known).
+  end_sent_ = resumed.upload_ended();
+  write_tensor_ = Sends(setup_.rank) ? 0 : inputs_.size();
+  write_offset_ = 0;
+  while (left > 0 && write_tensor_ < inputs_.size()) {
+    const int64_t step = std::min(left, input_bytes_[write_tensor_]);
+    left -= step;
+    if (step < input_bytes_[write_tensor_]) {
+      write_offset_ = step;
+    } else {
+      ++write_tensor_;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
@@ -303,30 +420,43 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
   return absl::OkStatus();
 }
 
-void CollectiveCall::OnDone(const grpc::Status& status) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!error_.ok()) {
-      final_status_ = error_;
-    } else if (!status.ok()) {
-      final_status_ = FromGrpcStatus(status);
-    } else if (!committed_) {
-      final_status_ = absl::DataLossError(
-          "the server ended the collective without a commit");
-    }
-  }
-  done_.Notify();
-}
-
 absl::Status CollectiveCall::Wait(absl::Duration timeout) {
-  if (!done_.WaitForNotificationWithTimeout(timeout)) {
-    Abort(absl::DeadlineExceededError(
-        absl::StrCat("group '", setup_.group, "' seq ", setup_.seq,
-                     ": no result within the client timeout of ",
-                     absl::FormatDuration(timeout))));
-    done_.WaitForNotification();
+  const absl::Time deadline = absl::Now() + timeout;
+  absl::Time broken_since = absl::InfiniteFuture();
+  absl::Duration backoff = absl::Milliseconds(20);
+  for (;;) {
+    if (!attempt_->done.WaitForNotificationWithDeadline(deadline)) {
+      Abort(attempt_.get(), absl::DeadlineExceededError(absl::StrCat(
+                                "group '", setup_.group, "' seq ", setup_.seq,
+                                ": no result within the client timeout of ",
+                                absl::FormatDuration(timeout))));
+      attempt_->done.WaitForNotification();
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (!error_.ok()) return error_;
+    }
+    const grpc::Status& status = attempt_->status;
+    if (status.ok()) {
+      if (!committed_) {
+        return absl::DataLossError(
+            "the server ended the collective without a commit");
+      }
+      return absl::OkStatus();
+    }
+    // A stream the server ended on purpose carries the round's outcome; a
+    // broken one is resumed, with backoff, within the grace.
+    const absl::Time now = absl::Now();
+    if (broken_since == absl::InfiniteFuture()) broken_since = now;
+    if (attempt_->server_final || committed_ ||
+        now + backoff >
+            std::min(deadline, broken_since + setup_.resume_grace)) {
+      return FromGrpcStatus(status);
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+    StartAttempt(/*resume=*/true);
   }
-  return final_status_;
 }
 
 }  // namespace fedgather

@@ -4,9 +4,15 @@
 // names, hashing them as they land, and finally checks the commit's digests.
 // Nothing counts as delivered before a commit whose digests all match.
 //
+// A stream that breaks (not one the server finished) is resumed on a new
+// stream, with backoff, within CollectiveSetup::resume_grace: the upload goes
+// on from the bytes the server holds, the download from the frames this
+// client has; nothing is received twice.
+//
 // Threading: Start may be called from any thread; gRPC runs the reactions on
-// its callback threads; Wait blocks the caller. Inputs and target memory must
-// stay valid until Wait returns.
+// its callback threads; Wait blocks the caller and starts the resumed
+// streams. One stream (Attempt) runs at a time. Inputs and target memory
+// must stay valid until Wait returns.
 #ifndef FEDGATHER_CLIENT_COLLECTIVE_CALL_H_
 #define FEDGATHER_CLIENT_COLLECTIVE_CALL_H_
 
@@ -58,10 +64,22 @@ struct CollectiveSetup {
   int root = 0;  // BROADCAST: the rank that sends; the others only receive
   v1::ReduceOp reduce = v1::REDUCE_UNSPECIFIED;  // ALL_REDUCE
   double weight = 1;  // ALL_REDUCE WEIGHTED_MEAN: this rank's example count
+  // How long after a stream breaks it may be resumed (zero: never).
+  absl::Duration resume_grace = absl::Seconds(10);
+  // Test hook: break the first stream after this many payload bytes were
+  // sent, or after this many frames were received (negative: never).
+  int64_t break_after_bytes_sent = -1;
+  int64_t break_after_frames_received = -1;
 };
 
-class CollectiveCall
-    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+// What one collective moved, counting every stream it took.
+struct TransferStats {
+  int streams = 0;                 // 1, plus one per resume
+  int64_t payload_bytes_sent = 0;  // chunk payload, resent bytes included
+  int64_t payload_bytes_received = 0;
+};
+
+class CollectiveCall {
  public:
   // `inputs` and `target` must outlive Wait.
   CollectiveCall(CollectiveSetup setup,
@@ -82,8 +100,41 @@ class CollectiveCall
   // Wait returned OK. The rows of ALL_GATHER ranks left out are zeros; the
   // ReceiveTarget is never asked to place other ops' left-out parts.
   const std::vector<int>& contributors() const { return contributors_; }
+  // Stats is valid after Wait returned.
+  const TransferStats& stats() const { return stats_; }
 
  private:
+  // One stream of the collective: the first, or one that resumes it.
+  class Attempt
+      : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+   public:
+    Attempt(CollectiveCall* call, bool resume) : call_(call), resume_(resume) {}
+    void Start(grpc::GenericStub* stub, grpc::ByteBuffer header);
+    void Cancel() { context_.TryCancel(); }
+    // The status the stream ended with and whether the server ended it on
+    // purpose (then it is not resumed).
+    grpc::Status status;
+    bool server_final = false;
+    absl::Notification done;
+
+   private:
+    friend class CollectiveCall;
+    void OnWriteDone(bool ok) override;
+    void OnReadDone(bool ok) override;
+    void OnDone(const grpc::Status& status) override;
+
+    CollectiveCall* const call_;
+    const bool resume_;
+    grpc::ClientContext context_;
+    grpc::ByteBuffer write_buffer_;  // one write in flight
+    grpc::ByteBuffer read_buffer_;   // one read in flight
+    // A resumed stream writes nothing after its header until the server's
+    // Resumed frame has set the upload position.
+    absl::Mutex mu_;
+    bool header_written_ ABSL_GUARDED_BY(mu_) = false;
+    bool position_known_ ABSL_GUARDED_BY(mu_) = false;
+  };
+
   // Copies chunk payloads into the target and hashes them.
   class DownloadSink : public ChunkSink {
    public:
@@ -104,45 +155,50 @@ class CollectiveCall
     Sha256 hasher;
   };
 
-  void OnWriteDone(bool ok) override;
-  void OnReadDone(bool ok) override;
-  void OnDone(const grpc::Status& status) override;
-
   // Sends is whether `rank` uploads bytes (all but BROADCAST's non-roots).
   bool Sends(int rank) const;
-  void WriteNext();
-  absl::Status HandleFrame();
+  // StartAttempt opens a stream; `resume` for every one after the first.
+  void StartAttempt(bool resume);
+  // WriteNext writes the next chunk, the end, or half-closes.
+  void WriteNext(Attempt* attempt);
+  // ReadNext handles a received frame; false when the stream must stop.
+  bool HandleRead(Attempt* attempt);
+  absl::Status HandleFrame(Attempt* attempt);
   absl::Status HandleHeader(const v1::CollectiveHeader& header);
+  absl::Status HandleResumed(const v1::Resumed& resumed);
   absl::Status HandleCommit(const v1::Commit& commit);
-  void Abort(const absl::Status& status);
+  // ContributionDigest is the SHA-256 of this rank's whole contribution.
+  Sha256Digest ContributionDigest() const;
+  void Abort(Attempt* attempt, const absl::Status& status);
 
   const CollectiveSetup setup_;
   const absl::Span<const ConstHostTensor> inputs_;
   ReceiveTarget* const target_;
+  grpc::GenericStub* stub_ = nullptr;
   Fingerprint fingerprint_;
   std::vector<int64_t> input_bytes_;
-  grpc::ClientContext context_;
+  v1::CollectiveFrame header_frame_;  // the first stream's header
+  std::unique_ptr<Attempt> attempt_;  // the stream running now
+  TransferStats stats_;
 
   // Write path (one write in flight).
-  grpc::ByteBuffer write_buffer_;
   size_t write_tensor_ = 0;
   int64_t write_offset_ = 0;
   bool end_sent_ = false;
   Sha256 own_hasher_;
+  bool own_digest_known_ = false;  // a resume computed it up front
   Sha256Digest own_digest_{};
 
   // Read path (one read in flight).
-  grpc::ByteBuffer read_buffer_;
   // By rank; this rank's entry is unused. ALL_REDUCE has one more, at index
   // world size: the result.
   std::vector<Part> parts_;
+  uint64_t frames_received_ = 0;  // headers and chunks, over every stream
   bool committed_ = false;
   std::vector<int> contributors_;
 
   absl::Mutex mu_;
   absl::Status error_ ABSL_GUARDED_BY(mu_);  // first client-side error
-  absl::Status final_status_;                // written before done_ is notified
-  absl::Notification done_;
 };
 
 }  // namespace fedgather

@@ -167,11 +167,16 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.rank = rank_;
   setup.world_size = world_size_;
   setup.max_chunk_bytes = max_chunk_bytes_;
+  setup.resume_grace = options.resume_grace;
+  setup.break_after_bytes_sent = options.break_after_bytes_sent;
+  setup.break_after_frames_received = options.break_after_frames_received;
   CollectiveCall call(setup, inputs, target);
   FG_RETURN_IF_ERROR(call.Start(&generic_stub_));
   // The header is on its way: this seq is spent whatever the outcome.
   ++next_seq_;
-  FG_RETURN_IF_ERROR(call.Wait(options.timeout));
+  const absl::Status status = call.Wait(options.timeout);
+  if (options.stats != nullptr) *options.stats = call.stats();
+  FG_RETURN_IF_ERROR(status);
   if (options.contributors != nullptr) {
     *options.contributors = call.contributors();
   }

@@ -62,6 +62,16 @@ struct CollectiveOptions {
   // WEIGHTED_MEAN included) reduces the contributors only. The memory must
   // stay valid until the collective completes.
   std::vector<int>* contributors = nullptr;
+  // A collective stream that breaks (the connection, not the round) is
+  // resumed within this grace: the upload goes on from what the server
+  // holds, the download from what this rank has. Zero: a break fails it.
+  absl::Duration resume_grace = absl::Seconds(10);
+  // When set, receives what the collective moved, counting every stream.
+  TransferStats* stats = nullptr;
+  // Test hook: breaks the collective's first stream after this many payload
+  // bytes were sent or frames received (negative: never).
+  int64_t break_after_bytes_sent = -1;
+  int64_t break_after_frames_received = -1;
 };
 
 class Group {

@@ -1,5 +1,7 @@
 #include "common/chunk_sequence.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace fedgather {
@@ -61,6 +63,27 @@ absl::Status ChunkSequence::CheckComplete() const {
       "contribution ended early: tensor '", fingerprint_[tensor_].name,
       "' has ", offset_, " of ", tensor_bytes_[tensor_], " bytes; ",
       bytes_done_, " of ", total_bytes_, " bytes in all"));
+}
+
+absl::Status ChunkSequence::SkipTo(int64_t bytes) {
+  if (bytes < 0 || bytes > total_bytes_ - bytes_done_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resume at byte ", bytes, " of ", total_bytes_));
+  }
+  while (bytes > 0) {
+    const int64_t step = std::min(bytes, tensor_bytes_[tensor_] - offset_);
+    offset_ += step;
+    bytes_done_ += step;
+    bytes -= step;
+    if (offset_ % max_chunk_bytes_ != 0 && offset_ != tensor_bytes_[tensor_]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot resume at byte ", bytes_done_,
+                       ": it is not where a chunk of '",
+                       fingerprint_[tensor_].name, "' ends"));
+    }
+    SkipCompleteTensors();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fedgather

@@ -24,6 +24,12 @@ class ChunkSequence {
   // and what was expected; the sequence is unchanged on error.
   absl::Status Accept(uint64_t tensor_index, uint64_t offset, uint64_t size);
 
+  // SkipTo advances a fresh sequence past its first `bytes` bytes, as if the
+  // chunks that hold them had been accepted (a resumed upload goes on from
+  // there). INVALID_ARGUMENT when `bytes` is past the end or not where a
+  // chunk ends.
+  absl::Status SkipTo(int64_t bytes);
+
   // CheckComplete is OK when every byte has been accepted; else
   // INVALID_ARGUMENT naming the first incomplete tensor and the progress.
   absl::Status CheckComplete() const;

@@ -14,6 +14,12 @@ inline grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+// The trailing metadata key of a Collective stream the server finished on
+// purpose: "1" (the round's outcome; do not resume) or "retry" (resume again
+// shortly). A stream that ends without it broke, and may be resumed.
+inline constexpr char kFinalStatusKey[] = "fedgather-final";
+inline constexpr char kFinalStatusRetry[] = "retry";
+
 inline absl::Status FromGrpcStatus(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());

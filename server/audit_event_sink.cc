@@ -40,6 +40,10 @@ std::string ActionOf(const ServerEvent& event) {
       return "status";
     case EventKind::kRoundsAborted:
       return "abort_request";
+    case EventKind::kStreamResumed:
+      return "resume";
+    case EventKind::kEquivocation:
+      return "equivocation";
   }
   return EventKindName(event.kind);
 }

@@ -7,14 +7,13 @@
 
 namespace fedgather::server {
 
-CollectiveReactor* CollectiveReactor::Start(GroupRegistry* registry,
-                                            AccessControl* access,
-                                            absl::StatusOr<Admission> admission,
-                                            int64_t max_chunk_bytes,
-                                            std::function<absl::Time()> clock) {
+CollectiveReactor* CollectiveReactor::Start(
+    grpc::CallbackServerContext* context, GroupRegistry* registry,
+    AccessControl* access, absl::StatusOr<Admission> admission,
+    int64_t max_chunk_bytes, std::function<absl::Time()> clock) {
   const bool admitted = admission.ok();
   std::shared_ptr<CollectiveReactor> reactor(new CollectiveReactor(
-      registry, access, admitted ? *std::move(admission) : Admission{},
+      context, registry, access, admitted ? *std::move(admission) : Admission{},
       max_chunk_bytes, std::move(clock)));
   reactor->self_ = reactor;
   if (!admitted) {
@@ -25,11 +24,13 @@ CollectiveReactor* CollectiveReactor::Start(GroupRegistry* registry,
   return reactor.get();
 }
 
-CollectiveReactor::CollectiveReactor(GroupRegistry* registry,
+CollectiveReactor::CollectiveReactor(grpc::CallbackServerContext* context,
+                                     GroupRegistry* registry,
                                      AccessControl* access, Admission admission,
                                      int64_t max_chunk_bytes,
                                      std::function<absl::Time()> clock)
-    : registry_(registry),
+    : context_(context),
+      registry_(registry),
       access_(access),
       caller_(std::move(admission.caller)),
       stream_lease_(std::move(admission.stream)),
@@ -59,17 +60,43 @@ void CollectiveReactor::UploadSink::Data(const uint8_t* data, size_t size) {
   }
 }
 
+void CollectiveReactor::LoseStream(absl::string_view why) {
+  PendingCallbacks callbacks;  // runs after the locks are released
+  absl::MutexLock read_lock(&read_mu_);
+  std::shared_ptr<Round> r;
+  {
+    absl::MutexLock lock(&mu_);
+    if (lost_) return;
+    lost_ = true;
+    r = round_;
+  }
+  if (r == nullptr) {
+    FinishWithoutRound(absl::CancelledError(
+        absl::StrCat("the collective stream ", why, " before its header")));
+    return;
+  }
+  r->StreamLost(rank_, why, clock_(), &callbacks, std::move(hasher_));
+  // The round no longer drives this stream: finish it here, so OnDone runs.
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+  }
+  Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                      absl::StrCat("the collective stream ", why)));
+}
+
 void CollectiveReactor::OnReadDone(bool ok) {
-  PendingCallbacks callbacks;
   if (!ok) {
     if (phase_ == Phase::kEnded) return;  // the client half-closed after End
-    if (std::shared_ptr<Round> r = round()) {
-      r->StreamLost(rank_, "closed its collective stream", &callbacks);
-    } else {
-      FinishWithoutRound(absl::CancelledError(
-          "the collective stream closed before its header"));
-    }
+    LoseStream("closed its collective stream");
     return;
+  }
+  PendingCallbacks callbacks;  // runs after read_mu_ is released
+  absl::MutexLock read_lock(&read_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (lost_) return;
   }
   v1::CollectiveFrame frame;
   UploadSink sink(this);
@@ -202,9 +229,28 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     absl::MutexLock lock(&mu_);
     round_ = *found;
   }
-  absl::Status attached =
-      (*found)->Attach(rank_, caller_.peer, header, fingerprint_, read_buffer_,
-                       weak_from_this(), callbacks);
+  absl::Status attached;
+  if (header.resume()) {
+    absl::StatusOr<Round::ResumePoint> point =
+        (*found)->Resume(rank_, caller_.peer, header, fingerprint_,
+                         read_buffer_, weak_from_this(), callbacks);
+    if (point.ok()) {
+      attached = sequence_->SkipTo(point->upload_bytes);
+      hasher_ = std::move(point->hasher);
+      v1::CollectiveFrame reply;
+      reply.mutable_resumed()->set_upload_bytes(
+          static_cast<uint64_t>(point->upload_bytes));
+      reply.mutable_resumed()->set_upload_ended(point->upload_ended);
+      absl::MutexLock lock(&mu_);
+      resumed_reply_ = EncodeFrame(reply);
+      if (point->upload_ended) phase_ = Phase::kEnded;
+    } else {
+      attached = point.status();
+    }
+  } else {
+    attached = (*found)->Attach(rank_, caller_.peer, header, fingerprint_,
+                                read_buffer_, weak_from_this(), callbacks);
+  }
   if (!attached.ok()) {
     {
       absl::MutexLock lock(&mu_);
@@ -212,7 +258,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     }
     return attached;
   }
-  phase_ = Phase::kChunks;
+  if (phase_ == Phase::kHeader) phase_ = Phase::kChunks;
   return true;
 }
 
@@ -243,6 +289,13 @@ void CollectiveReactor::FinishWithoutRound(const absl::Status& status) {
     if (finished_) return;
     finished_ = true;
   }
+  FinishWith(status);
+}
+
+void CollectiveReactor::FinishWith(const absl::Status& status) {
+  context_->AddTrailingMetadata(
+      kFinalStatusKey,
+      status.GetPayload(kRetryPayload).has_value() ? kFinalStatusRetry : "1");
   Finish(ToGrpcStatus(status));
 }
 
@@ -250,8 +303,15 @@ void CollectiveReactor::WakeWriter() {
   Outgoing out;
   {
     absl::MutexLock lock(&mu_);
-    if (write_in_flight_ || finished_ || round_ == nullptr) return;
-    out = round_->NextOutgoing(rank_);
+    if (write_in_flight_ || finished_ || lost_ || round_ == nullptr) return;
+    if (resumed_reply_.has_value()) {
+      reply_in_flight_ = true;
+      out.kind = Outgoing::Kind::kFrame;
+      out.frame = *std::move(resumed_reply_);
+      resumed_reply_.reset();
+    } else {
+      out = round_->NextOutgoing(rank_);
+    }
     switch (out.kind) {
       case Outgoing::Kind::kNothing:
         return;
@@ -274,11 +334,12 @@ void CollectiveReactor::WakeWriter() {
       StartWrite(&write_buffer_);
       break;
     case Outgoing::Kind::kCommitAndFinish:
+      context_->AddTrailingMetadata(kFinalStatusKey, "1");
       StartWriteAndFinish(&write_buffer_, grpc::WriteOptions(),
                           grpc::Status::OK);
       break;
     case Outgoing::Kind::kFinish:
-      Finish(ToGrpcStatus(out.status));
+      FinishWith(out.status);
       break;
     case Outgoing::Kind::kNothing:
       break;
@@ -286,14 +347,17 @@ void CollectiveReactor::WakeWriter() {
 }
 
 void CollectiveReactor::OnWriteDone(bool ok) {
+  PendingCallbacks callbacks;  // runs after mu_ is released
   {
     // The write stays "in flight" until the round has advanced this stream's
-    // cursor, so a concurrent WakeWriter cannot pull the same frame again.
-    PendingCallbacks callbacks;
-    round()->WriteDone(rank_, ok, &callbacks);
-  }
-  {
+    // cursor, so a concurrent WakeWriter cannot pull the same frame again;
+    // under mu_, so that a stream already lost leaves the round alone.
     absl::MutexLock lock(&mu_);
+    if (reply_in_flight_) {
+      reply_in_flight_ = false;
+    } else if (!lost_ && round_ != nullptr) {
+      round_->WriteDone(rank_, ok, &callbacks);
+    }
     write_in_flight_ = false;
   }
   WakeWriter();
@@ -307,14 +371,7 @@ void CollectiveReactor::ResumeReading() {
   StartRead(&read_buffer_);
 }
 
-void CollectiveReactor::OnCancel() {
-  PendingCallbacks callbacks;
-  if (std::shared_ptr<Round> r = round()) {
-    r->StreamLost(rank_, "cancelled its collective stream", &callbacks);
-  } else {
-    FinishWithoutRound(absl::CancelledError("the collective was cancelled"));
-  }
-}
+void CollectiveReactor::OnCancel() { LoseStream("was cancelled"); }
 
 void CollectiveReactor::OnDone() {
   {

@@ -11,6 +11,7 @@
 #ifndef FEDGATHER_SERVER_COLLECTIVE_REACTOR_H_
 #define FEDGATHER_SERVER_COLLECTIVE_REACTOR_H_
 
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/server_callback.h>
 
@@ -42,7 +43,11 @@ class CollectiveReactor
   // `admission` is an error the stream is finished with it at once. The
   // header is authorized by `access` (role participant) and checked against
   // the caller's contribution limits.
-  static CollectiveReactor* Start(GroupRegistry* registry,
+  // `context` outlives the reactor; a stream finished by the server (not
+  // broken) carries the trailing metadata kFinalStatusKey, so the client
+  // knows not to resume it.
+  static CollectiveReactor* Start(grpc::CallbackServerContext* context,
+                                  GroupRegistry* registry,
                                   AccessControl* access,
                                   absl::StatusOr<Admission> admission,
                                   int64_t max_chunk_bytes,
@@ -70,7 +75,8 @@ class CollectiveReactor
     std::string bytes_;
   };
 
-  CollectiveReactor(GroupRegistry* registry, AccessControl* access,
+  CollectiveReactor(grpc::CallbackServerContext* context,
+                    GroupRegistry* registry, AccessControl* access,
                     Admission admission, int64_t max_chunk_bytes,
                     std::function<absl::Time()> clock);
 
@@ -90,7 +96,14 @@ class CollectiveReactor
   // naming this rank.
   void RejectUpload(const absl::Status& status, PendingCallbacks* callbacks);
   void FinishWithoutRound(const absl::Status& status);
+  // FinishWith finishes the stream with the server's final `status`.
+  void FinishWith(const absl::Status& status);
+  // LoseStream tells the round this stream broke, once, and stops every
+  // later call into the round from this reactor.
+  void LoseStream(absl::string_view why);
   std::shared_ptr<Round> round();
+
+  grpc::CallbackServerContext* const context_;
 
   GroupRegistry* const registry_;
   AccessControl* const access_;
@@ -100,7 +113,10 @@ class CollectiveReactor
   const std::function<absl::Time()> clock_;
   std::shared_ptr<CollectiveReactor> self_;  // released in OnDone
 
-  // Read path only.
+  // Serializes the read path with LoseStream, so no frame of this stream
+  // reaches the round after it was detached. Lock order: read_mu_, mu_.
+  absl::Mutex read_mu_;
+  // Read path only (under read_mu_).
   enum class Phase { kHeader, kChunks, kEnded };
   Phase phase_ = Phase::kHeader;
   grpc::ByteBuffer read_buffer_;
@@ -121,6 +137,10 @@ class CollectiveReactor
   grpc::ByteBuffer write_buffer_ ABSL_GUARDED_BY(mu_);
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool lost_ ABSL_GUARDED_BY(mu_) = false;  // LoseStream ran
+  // A resumed stream first writes the Resumed frame.
+  std::optional<grpc::ByteBuffer> resumed_reply_ ABSL_GUARDED_BY(mu_);
+  bool reply_in_flight_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace fedgather::server

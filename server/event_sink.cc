@@ -38,6 +38,10 @@ const char* EventKindName(EventKind kind) {
       return "status_read";
     case EventKind::kRoundsAborted:
       return "rounds_aborted";
+    case EventKind::kStreamResumed:
+      return "stream_resumed";
+    case EventKind::kEquivocation:
+      return "equivocation";
   }
   return "unknown";
 }

@@ -37,6 +37,9 @@ enum class EventKind {
   kRoundFailed,           // the round failed on every rank with status
   kStatusRead,            // an admin, observer or member read a status
   kRoundsAborted,         // an admin aborted a group's rounds in flight
+  kStreamResumed,         // a rank resumed its broken collective stream;
+                          // details: upload and download positions, resent
+  kEquivocation,          // a rank sent different data under one round key
 };
 
 const char* EventKindName(EventKind kind);

@@ -11,6 +11,8 @@ namespace fedgather::server {
 namespace {
 
 constexpr size_t kKeptOutcomes = 1024;
+// Completed rounds kept for resumes; each holds at most its resume window.
+constexpr size_t kKeptCompletedRounds = 4;
 
 }  // namespace
 
@@ -168,6 +170,7 @@ void GroupState::EndEpochLocked(absl::Status status,
   for (auto& [seq, round] : rounds_) round->Fail(status, callbacks);
   rounds_.clear();
   outcomes_.clear();
+  completed_.clear();
   for (const Member& member : members_) {
     if (member.session_key == except) continue;
     std::weak_ptr<SessionStream> weak = member.session;
@@ -244,6 +247,22 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
         Describe(), ": identity '", identity, "' may not act as rank ",
         header.rank(), ", which is bound to another identity"));
   }
+  if (header.resume() && header.seq() < member.next_seq) {
+    const uint64_t seq = header.seq();
+    if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
+    if (auto it = completed_.find(seq); it != completed_.end()) {
+      return it->second;
+    }
+    if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
+      if (!it->second.ok()) return it->second;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), " seq ", seq, " can no longer be resumed: ",
+        limits_.resume_grace > absl::ZeroDuration()
+            ? "it ended too long ago"
+            : "this server does not resume broken streams (--resume-grace "
+              "0)"));
+  }
   if (header.seq() != member.next_seq) {
     const absl::Status out_of_order =
         absl::FailedPreconditionError(absl::StrCat(
@@ -287,6 +306,8 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
     options.deadline = now + wait;
     options.timeout = wait;
   }
+  options.resume_grace = limits_.resume_grace;
+  options.resume_window_bytes = limits_.resume_window_bytes;
   options.events = limits_.events;
   const uint64_t epoch = epoch_;
   options.on_finished = [this, epoch](uint64_t seq,
@@ -303,7 +324,15 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
   PendingCallbacks callbacks;  // runs after the lock is released
   absl::MutexLock lock(&mu_);
   if (!formed_ || epoch != epoch_) return;
-  rounds_.erase(seq);
+  if (auto it = rounds_.find(seq); it != rounds_.end()) {
+    if (outcome.ok() && limits_.resume_grace > absl::ZeroDuration()) {
+      completed_[seq] = it->second;
+      while (completed_.size() > kKeptCompletedRounds) {
+        completed_.erase(completed_.begin());
+      }
+    }
+    rounds_.erase(it);
+  }
   outcomes_[seq] = outcome;
   while (outcomes_.size() > kKeptOutcomes) outcomes_.erase(outcomes_.begin());
   if (!closing_.ok() && rounds_.empty()) {
@@ -357,6 +386,7 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
     return;
   }
   for (auto& [seq, round] : rounds_) round->CheckDeadline(now, callbacks);
+  for (auto& [seq, round] : completed_) round->CheckDeadline(now, callbacks);
 }
 
 }  // namespace fedgather::server

@@ -53,6 +53,10 @@ struct GroupLimits {
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   int64_t max_buffered_bytes_per_round = int64_t{256} << 20;
   int64_t max_chunk_bytes = int64_t{1} << 20;
+  // Resumable collective streams (RoundOptions::resume_grace and
+  // resume_window_bytes); zero grace: a broken stream fails its round.
+  absl::Duration resume_grace = absl::ZeroDuration();
+  int64_t resume_window_bytes = int64_t{8} << 20;
   EventSink* events = nullptr;  // may be null; must outlive the group
 };
 
@@ -94,7 +98,9 @@ class GroupState {
   // and the caller's rank. Checks that the epoch is current, that `identity`
   // holds header.rank, and that the rank sends its seqs in order; a rank out
   // of order ends the epoch with FAILED_PRECONDITION. A header for a round
-  // that already failed gets that round's status.
+  // that already failed gets that round's status. A resuming header
+  // (header.resume) may name a seq the rank already sent: its round, in
+  // flight or recently completed, is returned.
   absl::StatusOr<std::shared_ptr<Round>> FindRound(
       const std::string& identity, const v1::CollectiveHeader& header,
       absl::Time now, PendingCallbacks* callbacks);
@@ -185,6 +191,9 @@ class GroupState {
   // Outcomes of this epoch's finished rounds, so late ranks get the same
   // answer; the oldest are dropped past kKeptOutcomes.
   std::map<uint64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
+  // Resumable streams: the most recent completed rounds, which ranks whose
+  // stream broke before their commit may still resume.
+  std::map<uint64_t, std::shared_ptr<Round>> completed_ ABSL_GUARDED_BY(mu_);
   // Set when a policy reload closed the formed epoch: why.
   absl::Status closing_ ABSL_GUARDED_BY(mu_);
   // Why the last epoch ended, for streams that still name it.

@@ -79,6 +79,8 @@ int main(int argc, char** argv) {
   double round_timeout = 300, join_timeout = 300, heartbeat_interval = 1,
          heartbeat_timeout = 5;
   int64_t max_buffered_mib = 256;
+  double resume_grace = 10;
+  int64_t resume_window_mib = 8;
   app.add_option("--listen", listen,
                  "HOST:PORT to listen on (port 0 picks one)")
       ->capture_default_str();
@@ -125,6 +127,15 @@ int main(int argc, char** argv) {
   app.add_option("--max-buffered-mib", max_buffered_mib,
                  "MiB of payload a round may buffer before uploaders wait")
       ->capture_default_str();
+  app.add_option("--resume-grace", resume_grace,
+                 "seconds a member may take to resume a broken collective "
+                 "stream (0: a broken stream fails the round)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume-window-mib", resume_window_mib,
+                 "MiB of delivered frames a round keeps for resumed downloads")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -170,6 +181,8 @@ int main(int argc, char** argv) {
   options.limits.heartbeat_interval = Seconds(heartbeat_interval);
   options.limits.heartbeat_timeout = Seconds(heartbeat_timeout);
   options.limits.max_buffered_bytes_per_round = max_buffered_mib << 20;
+  options.limits.resume_grace = Seconds(resume_grace);
+  options.limits.resume_window_bytes = resume_window_mib << 20;
   options.limits.events = &events;
 
   // Block the stop and reload signals in every thread; the main thread

@@ -26,7 +26,7 @@ RendezvousService::Session(grpc::CallbackServerContext* context) {
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 RendezvousService::Collective(grpc::CallbackServerContext* context) {
   return CollectiveReactor::Start(
-      registry_, access_,
+      context, registry_, access_,
       access_->AdmitStream(context->auth_context().get(), context->peer(),
                            "Collective"),
       max_chunk_bytes_, clock_);

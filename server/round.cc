@@ -4,9 +4,11 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/frame_codec.h"
+#include "common/status_macros.h"
 
 namespace fedgather::server {
 
@@ -28,6 +30,11 @@ std::string Round::RankName(int rank) const {
 int64_t Round::BufferedBytes() const {
   absl::MutexLock lock(&mu_);
   return buffered_bytes_;
+}
+
+int64_t Round::TailBytes() const {
+  absl::MutexLock lock(&mu_);
+  return tail_bytes_;
 }
 
 ServerEvent Round::MakeEvent(EventKind kind, int rank) const {
@@ -100,6 +107,15 @@ absl::Status Round::CheckHeaderLocked(int rank,
   return absl::OkStatus();
 }
 
+absl::Status Round::ShutOutErrorLocked(int rank) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      Describe(), " closed at its quorum deadline of ",
+      absl::FormatDuration(options_.quorum_wait), " with ", contributors_,
+      " of ", world_, " ranks; ", RankName(rank),
+      " came too late and is not part of it; its next collective is seq ",
+      options_.seq + 1));
+}
+
 absl::Status Round::Attach(int rank, const std::string& peer,
                            const v1::CollectiveHeader& header,
                            const Fingerprint& fingerprint,
@@ -107,16 +123,19 @@ absl::Status Round::Attach(int rank, const std::string& peer,
                            std::weak_ptr<RoundStream> stream,
                            PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
+  return AttachLocked(rank, peer, header, fingerprint, std::move(header_frame),
+                      std::move(stream), callbacks);
+}
+
+absl::Status Round::AttachLocked(int rank, const std::string& peer,
+                                 const v1::CollectiveHeader& header,
+                                 const Fingerprint& fingerprint,
+                                 grpc::ByteBuffer header_frame,
+                                 std::weak_ptr<RoundStream> stream,
+                                 PendingCallbacks* callbacks) {
   if (!status_.ok()) return status_;
   RankState& state = ranks_[rank];
-  if (state.shut_out) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Describe(), " closed at its quorum deadline of ",
-        absl::FormatDuration(options_.quorum_wait), " with ", contributors_,
-        " of ", world_, " ranks; ", RankName(rank),
-        " came too late and is not part of it; its next collective is seq ",
-        options_.seq + 1));
-  }
+  if (state.shut_out) return ShutOutErrorLocked(rank);
   if (complete_) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), " has already completed"));
@@ -167,6 +186,8 @@ absl::Status Round::Attach(int rank, const std::string& peer,
   state.attached = true;
   state.peer = peer;
   state.stream = std::move(stream);
+  state.fingerprint = fingerprint;
+  state.header = header;
   const bool sends = op_ != v1::BROADCAST || rank == static_cast<int>(root_);
   state.expected_bytes = sends ? ContributionBytes(fingerprint).value() : 0;
   ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
@@ -181,6 +202,126 @@ absl::Status Round::Attach(int rank, const std::string& peer,
   }
   Wake(rank, callbacks);
   return absl::OkStatus();
+}
+
+absl::Status Round::EquivocationLocked(int rank, absl::string_view what,
+                                       PendingCallbacks* callbacks) {
+  const absl::Status equivocation = absl::InvalidArgumentError(absl::StrCat(
+      Describe(), ": ", RankName(rank), " resumed its contribution with ", what,
+      " than it first sent; one round key cannot carry two "
+      "contributions (equivocation)"));
+  ServerEvent event = MakeEvent(EventKind::kEquivocation, rank);
+  event.status = equivocation;
+  DeferEvent(options_.events, std::move(event), callbacks);
+  FailLocked(equivocation, callbacks);
+  return equivocation;
+}
+
+absl::StatusOr<Round::ResumePoint> Round::Resume(
+    int rank, const std::string& peer, const v1::CollectiveHeader& header,
+    const Fingerprint& fingerprint, grpc::ByteBuffer header_frame,
+    std::weak_ptr<RoundStream> stream, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  RankState& state = ranks_[rank];
+  if (state.shut_out) return ShutOutErrorLocked(rank);
+  if (!state.attached) {  // the first header never arrived
+    if (header.frames_received() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " resumes after ",
+          header.frames_received(), " frames but never had a stream"));
+    }
+    FG_RETURN_IF_ERROR(AttachLocked(rank, peer, header, fingerprint,
+                                    std::move(header_frame), std::move(stream),
+                                    callbacks));
+    return ResumePoint{};
+  }
+  if (!state.detached) {
+    absl::Status retry = absl::UnavailableError(
+        absl::StrCat(Describe(), ": ", RankName(rank),
+                     "'s previous stream is still open; retry"));
+    retry.SetPayload(kRetryPayload, absl::Cord("1"));
+    return retry;
+  }
+  // The same key must carry the same contribution.
+  const v1::CollectiveHeader& first = state.header;
+  if (fingerprint != state.fingerprint || header.op() != first.op() ||
+      header.root() != first.root() || header.reduce() != first.reduce() ||
+      header.weight() != first.weight()) {
+    return EquivocationLocked(rank, "a different header", callbacks);
+  }
+  Sha256Digest declared;
+  if (!DigestFromBytes(header.contribution_sha256(), &declared)) {
+    return absl::InvalidArgumentError(
+        "a resumed header must carry the contribution's 32-byte SHA-256");
+  }
+  if ((state.ended && declared != state.digest) ||
+      (state.has_declared_digest && declared != state.declared_digest)) {
+    return EquivocationLocked(rank, "different bytes", callbacks);
+  }
+  state.has_declared_digest = true;
+  state.declared_digest = declared;
+  // Find the first frame the client lacks: the frames sent to this rank are
+  // the log's entries from other ranks, in order.
+  uint64_t seen = 0;
+  size_t cursor = 0;
+  for (; cursor < log_.size() && seen < header.frames_received(); ++cursor) {
+    if (log_[cursor].source_rank != rank) ++seen;
+  }
+  if (seen < header.frames_received()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " resumes after ",
+        header.frames_received(), " frames, more than it was sent"));
+  }
+  // A write the old stream had in flight may have arrived: the client has
+  // it, so its claim goes.
+  for (size_t i = state.cursor; i < cursor; ++i) {
+    LogEntry& entry = log_[i];
+    if (entry.source_rank != rank && --entry.pending_writes == 0) {
+      Release(entry, callbacks);
+    }
+  }
+  // Frames the old stream wrote but the client never got: claim them
+  // again, from the tail.
+  int64_t resent = 0;
+  for (size_t i = cursor; i < state.cursor; ++i) {
+    LogEntry& entry = log_[i];
+    if (entry.source_rank == rank) continue;
+    if (entry.frame.Length() == 0) {
+      const absl::Status gone = absl::UnavailableError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " resumed after ",
+          header.frames_received(),
+          " frames, but the frames after those were already released (the "
+          "resume window is ",
+          options_.resume_window_bytes, " bytes)"));
+      FailLocked(gone, callbacks);
+      return gone;
+    }
+    if (entry.in_tail) {
+      entry.in_tail = false;
+      tail_bytes_ -= entry.bytes;
+      buffered_bytes_ += entry.bytes;
+    }
+    ++entry.pending_writes;
+    resent += entry.bytes;
+  }
+  state.detached = false;
+  state.peer = peer;
+  state.stream = std::move(stream);
+  state.cursor = cursor;
+  state.write_in_flight = false;
+  ResumePoint point;
+  point.upload_bytes = state.received_bytes;
+  point.upload_ended = state.ended;
+  point.hasher = std::move(state.upload_hasher);
+  ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
+  resumed.details = {
+      {"frames_received", absl::StrCat(header.frames_received())},
+      {"upload_bytes", absl::StrCat(point.upload_bytes)},
+      {"download_bytes_resent", absl::StrCat(resent)}};
+  DeferEvent(options_.events, std::move(resumed), callbacks);
+  Wake(rank, callbacks);
+  return point;
 }
 
 void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
@@ -251,8 +392,23 @@ void Round::AppendResultLocked(int tensor, int64_t offset, std::string data,
 
 void Round::Release(LogEntry& entry, PendingCallbacks* callbacks) {
   buffered_bytes_ -= entry.bytes;
-  entry.bytes = 0;
-  entry.frame.Clear();
+  if (options_.resume_grace > absl::ZeroDuration()) {
+    entry.in_tail = true;
+    tail_bytes_ += entry.bytes;
+    tail_.push_back(static_cast<size_t>(&entry - log_.data()));
+    while (tail_bytes_ > options_.resume_window_bytes && !tail_.empty()) {
+      LogEntry& oldest = log_[tail_.front()];
+      tail_.pop_front();
+      if (!oldest.in_tail) continue;  // a resume claimed it again
+      oldest.in_tail = false;
+      tail_bytes_ -= oldest.bytes;
+      oldest.bytes = 0;
+      oldest.frame.Clear();
+    }
+  } else {
+    entry.bytes = 0;
+    entry.frame.Clear();
+  }
   if (HeldLocked() >= options_.max_buffered_bytes) return;
   for (RankState& state : ranks_) {
     if (!state.read_paused) continue;
@@ -270,6 +426,11 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   if (finished()) return;
   RankState& state = ranks_[rank];
   if (state.ended) return;
+  if (state.has_declared_digest && digest != state.declared_digest) {
+    // The round fails on every rank; the uploader learns it from its stream.
+    EquivocationLocked(rank, "different bytes", callbacks).IgnoreError();
+    return;
+  }
   state.ended = true;
   state.digest = digest;
   ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
@@ -346,12 +507,7 @@ Outgoing Round::NextOutgoing(int rank) {
     // The receiver is gone from a completed round: drop its claims on the
     // log so the frames can be released.
     PendingCallbacks unused;  // nobody is paused once the round completed
-    for (; state.cursor < log_.size(); ++state.cursor) {
-      LogEntry& entry = log_[state.cursor];
-      if (entry.source_rank != rank && --entry.pending_writes == 0) {
-        Release(entry, &unused);
-      }
-    }
+    DropClaimsLocked(rank, &unused);
     out.kind = Outgoing::Kind::kFinish;
     out.status = absl::CancelledError("the stream closed");
     return out;
@@ -369,8 +525,30 @@ Outgoing Round::NextOutgoing(int rank) {
     state.commit_sent = true;
     out.kind = Outgoing::Kind::kCommitAndFinish;
     out.frame = commit_frame_;
+    // Every contributor has its commit: nobody can resume any more.
+    if (++commits_sent_ == contributors_) {
+      for (size_t index : tail_) {
+        LogEntry& entry = log_[index];
+        if (!entry.in_tail) continue;
+        entry.in_tail = false;
+        entry.bytes = 0;
+        entry.frame.Clear();
+      }
+      tail_.clear();
+      tail_bytes_ = 0;
+    }
   }
   return out;
+}
+
+void Round::DropClaimsLocked(int rank, PendingCallbacks* callbacks) {
+  RankState& state = ranks_[rank];
+  for (; state.cursor < log_.size(); ++state.cursor) {
+    LogEntry& entry = log_[state.cursor];
+    if (entry.source_rank != rank && --entry.pending_writes == 0) {
+      Release(entry, callbacks);
+    }
+  }
 }
 
 void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
@@ -379,6 +557,9 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
   if (!state.write_in_flight) return;
   state.write_in_flight = false;
   if (!status_.ok()) return;  // the log was already released
+  // A resumable stream that failed a write is about to be detached
+  // (StreamLost); the frame stays claimed for the stream that resumes.
+  if (!ok && options_.resume_grace > absl::ZeroDuration()) return;
   LogEntry& entry = log_[state.cursor++];
   if (--entry.pending_writes == 0) Release(entry, callbacks);
   if (!ok && !state.lost) {
@@ -392,11 +573,19 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
   }
 }
 
-void Round::StreamLost(int rank, absl::string_view why,
-                       PendingCallbacks* callbacks) {
+void Round::StreamLost(int rank, absl::string_view why, absl::Time now,
+                       PendingCallbacks* callbacks, Sha256 hasher) {
   absl::MutexLock lock(&mu_);
   RankState& state = ranks_[rank];
-  if (state.lost || state.commit_sent) return;
+  if (state.lost || state.commit_sent || state.detached) return;
+  if (options_.resume_grace > absl::ZeroDuration() && status_.ok()) {
+    state.detached = true;
+    state.detached_at = now;
+    state.write_in_flight = false;
+    state.upload_hasher = std::move(hasher);
+    state.stream.reset();
+    return;
+  }
   state.lost = true;
   if (complete_) {
     Wake(rank, callbacks);
@@ -419,6 +608,8 @@ void Round::FailLocked(const absl::Status& status,
   status_ = status;
   for (LogEntry& entry : log_) entry.frame.Clear();
   buffered_bytes_ = 0;
+  tail_.clear();
+  tail_bytes_ = 0;
   ServerEvent failed = MakeEvent(EventKind::kRoundFailed, -1);
   failed.status = status_;
   DeferEvent(options_.events, std::move(failed), callbacks);
@@ -452,6 +643,23 @@ std::string Round::ProgressLocked() const {
 
 void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
+  for (int r = 0; r < world_ && status_.ok(); ++r) {
+    RankState& state = ranks_[r];
+    if (!state.detached || now - state.detached_at < options_.resume_grace) {
+      continue;
+    }
+    state.detached = false;
+    state.lost = true;
+    if (complete_) {
+      DropClaimsLocked(r, callbacks);  // it will not come back for them
+      continue;
+    }
+    FailLocked(absl::UnavailableError(absl::StrCat(
+                   Describe(), ": ", RankName(r),
+                   " lost its collective stream and did not resume it within ",
+                   absl::FormatDuration(options_.resume_grace))),
+               callbacks);
+  }
   if (finished()) return;
   if (now < options_.deadline) {
     if (now >= options_.quorum_deadline && contributors_ == world_) {

@@ -18,6 +18,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -47,6 +48,9 @@ class RoundStream {
   // ResumeReading: the round has buffer room again for a paused uploader.
   virtual void ResumeReading() = 0;
 };
+
+// The payload of a status that asks the client to try again shortly.
+inline constexpr char kRetryPayload[] = "fedgather/retry";
 
 // What a stream should do next.
 struct Outgoing {
@@ -79,7 +83,16 @@ struct RoundOptions {
   int min_quorum = 0;
   absl::Time quorum_deadline = absl::InfiniteFuture();
   absl::Duration quorum_wait = absl::InfiniteDuration();  // for messages
-  EventSink* events = nullptr;                            // may be null
+  // Resumable streams: when positive, a rank whose stream breaks is detached
+  // rather than failing the round, and may resume (Resume) within this
+  // grace; after it the round fails with UNAVAILABLE (or, once complete,
+  // gives up on delivering to it). Zero: a broken stream fails the round.
+  absl::Duration resume_grace = absl::ZeroDuration();
+  // Frames every receiver has written are kept until this many newer bytes
+  // have been, so a receiver can resume the frames its broken stream had
+  // written but it never got.
+  int64_t resume_window_bytes = int64_t{8} << 20;
+  EventSink* events = nullptr;  // may be null
   // Called once, through PendingCallbacks, when the round has completed (OK)
   // or failed (its status).
   std::function<void(uint64_t seq, const absl::Status& outcome)> on_finished;
@@ -112,6 +125,29 @@ class Round {
                       std::weak_ptr<RoundStream> stream,
                       PendingCallbacks* callbacks);
 
+  // Where a resumed stream goes on.
+  struct ResumePoint {
+    int64_t upload_bytes = 0;   // of this rank's contribution, already held
+    bool upload_ended = false;  // its end was received
+    Sha256 hasher;              // the hash of those bytes, to continue
+  };
+  // Resume hands `rank`'s round to a new stream after its old one broke
+  // (header.resume set; see StreamLost). The download goes on after the
+  // header.frames_received frames the client has. Errors, for this stream
+  // only: UNAVAILABLE while the old stream is not yet known to be gone
+  // (retry), FAILED_PRECONDITION for a rank a quorum round shut out.
+  // Errors that fail the round: INVALID_ARGUMENT for equivocation (a header,
+  // fingerprint or contribution SHA-256 other than the rank's first, which
+  // is also an kEquivocation event), UNAVAILABLE when frames the client
+  // lacks are no longer held. A rank whose header never arrived is attached
+  // as by Attach.
+  absl::StatusOr<ResumePoint> Resume(int rank, const std::string& peer,
+                                     const v1::CollectiveHeader& header,
+                                     const Fingerprint& fingerprint,
+                                     grpc::ByteBuffer header_frame,
+                                     std::weak_ptr<RoundStream> stream,
+                                     PendingCallbacks* callbacks);
+
   // OfferChunk adds a chunk frame uploaded by `rank` carrying `payload_bytes`
   // bytes to the log. Returns true when the uploader may read its next frame
   // now, false when it must wait for RoundStream::ResumeReading.
@@ -142,8 +178,13 @@ class Round {
   void WriteDone(int rank, bool ok, PendingCallbacks* callbacks);
 
   // StreamLost reports that `rank`'s stream closed or was cancelled. Before
-  // completion this fails the round with UNAVAILABLE naming the rank.
-  void StreamLost(int rank, absl::string_view why, PendingCallbacks* callbacks);
+  // completion this fails the round with UNAVAILABLE naming the rank, unless
+  // streams are resumable: then the rank is detached, keeping `hasher` (the
+  // hash of the upload so far) for the stream that resumes it, until
+  // resume_grace passes (CheckDeadline). The stream must not call into the
+  // round afterwards.
+  void StreamLost(int rank, absl::string_view why, absl::Time now,
+                  PendingCallbacks* callbacks, Sha256 hasher = Sha256());
 
   // Fail fails the round with `status` on every rank; the first failure
   // sticks and later calls do nothing. No effect once the round completed.
@@ -158,8 +199,11 @@ class Round {
   // Describe names the round: "group 'demo' epoch 1 seq 0".
   std::string Describe() const;
 
-  // BufferedBytes is the payload held in the log right now.
+  // BufferedBytes is the payload held in the log right now for receivers
+  // that have not written it (what the limit counts).
   int64_t BufferedBytes() const;
+  // TailBytes is the payload every receiver wrote, kept for resumes.
+  int64_t TailBytes() const;
 
   // Progress is which ranks have started and which have completed their
   // contributions, for status reports.
@@ -174,8 +218,9 @@ class Round {
   struct LogEntry {
     int source_rank;
     grpc::ByteBuffer frame;
-    int64_t bytes;       // counted against max_buffered_bytes
-    int pending_writes;  // receivers that have not written it yet
+    int64_t bytes;         // counted against max_buffered_bytes
+    int pending_writes;    // receivers that have not written it yet
+    bool in_tail = false;  // written by all, kept for resumes (tail_)
   };
   struct RankState {
     bool attached = false;
@@ -191,6 +236,15 @@ class Round {
     bool commit_sent = false;
     bool lost = false;
     bool shut_out = false;  // not a contributor of this quorum round
+    // Resumable streams: the rank's stream broke at detached_at; the hash
+    // of its upload so far waits for the stream that resumes it.
+    bool detached = false;
+    absl::Time detached_at;
+    Sha256 upload_hasher;
+    Fingerprint fingerprint;      // as its header declared; a resume must match
+    v1::CollectiveHeader header;  // its first header, for the same check
+    bool has_declared_digest = false;  // a resume declared the digest
+    Sha256Digest declared_digest{};
   };
 
   bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -223,7 +277,28 @@ class Round {
   // PauseIfFullLocked pauses `rank`'s reading when the round holds too much.
   bool PauseIfFullLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr int kEveryRank = -1;
+  // Release is called when every receiver has written `entry`: its bytes
+  // stop counting against the limit; the frame moves to the resume tail, or
+  // is freed when streams are not resumable.
   void Release(LogEntry& entry, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DropClaimsLocked gives up `rank`'s claims on the frames it has not
+  // written (it will never receive them).
+  void DropClaimsLocked(int rank, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AttachLocked(int rank, const std::string& peer,
+                            const v1::CollectiveHeader& header,
+                            const Fingerprint& fingerprint,
+                            grpc::ByteBuffer header_frame,
+                            std::weak_ptr<RoundStream> stream,
+                            PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ShutOutErrorLocked is what a rank a quorum round closed without gets.
+  absl::Status ShutOutErrorLocked(int rank) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // EquivocationLocked fails the round for `rank`'s conflicting `what`.
+  absl::Status EquivocationLocked(int rank, absl::string_view what,
+                                  PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -253,6 +328,11 @@ class Round {
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   std::vector<LogEntry> log_ ABSL_GUARDED_BY(mu_);
   int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Resume tail: indexes of released frames still held, oldest first, and
+  // their bytes (at most resume_window_bytes).
+  std::deque<size_t> tail_ ABSL_GUARDED_BY(mu_);
+  int64_t tail_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int commits_sent_ ABSL_GUARDED_BY(mu_) = 0;
   int ended_count_ ABSL_GUARDED_BY(mu_) = 0;
   // The ranks the round waits for: the world size, until a quorum closes it.
   int contributors_ ABSL_GUARDED_BY(mu_);

@@ -156,6 +156,7 @@ class RoundTest : public ::testing::Test {
     options.min_quorum = min_quorum_;
     options.quorum_deadline = quorum_deadline_;
     options.quorum_wait = absl::Seconds(10);
+    options.resume_grace = resume_grace_;
     options.events = &events_;
     options.on_finished = [this](uint64_t seq, const absl::Status& outcome) {
       finished_.emplace_back(seq, outcome);
@@ -248,6 +249,8 @@ class RoundTest : public ::testing::Test {
     callbacks.Run();
   }
 
+  // Set before MakeRound for resumable streams.
+  absl::Duration resume_grace_ = absl::ZeroDuration();
   // Set before MakeRound for a quorum round.
   int min_quorum_ = 0;
   absl::Time quorum_deadline_ = absl::InfiniteFuture();
@@ -543,7 +546,8 @@ TEST_F(RoundTest, StreamLostBeforeCompletionFailsEveryone) {
   End(*round, 1);  // ended contributions do not save the round
   {
     PendingCallbacks callbacks;
-    round->StreamLost(2, "closed its collective stream", &callbacks);
+    round->StreamLost(2, "closed its collective stream", absl::InfinitePast(),
+                      &callbacks);
     callbacks.Run();
   }
   const absl::Status expected = absl::UnavailableError(
@@ -557,7 +561,7 @@ TEST_F(RoundTest, StreamLostBeforeCompletionFailsEveryone) {
   // Later losses, failures and ends change nothing.
   {
     PendingCallbacks callbacks;
-    round->StreamLost(0, "closed", &callbacks);
+    round->StreamLost(0, "closed", absl::InfinitePast(), &callbacks);
     round->Fail(absl::InternalError("later"), &callbacks);
     round->EndContribution(0, DigestOf(0), &callbacks);
     round->CheckDeadline(absl::InfiniteFuture(), &callbacks);
@@ -606,7 +610,8 @@ TEST_F(RoundTest, ReceiverLostAfterCompletionReleasesItsFrames) {
   const int wakes0 = streams_[0]->wakes;
   {
     PendingCallbacks callbacks;
-    round->StreamLost(0, "closed its collective stream", &callbacks);
+    round->StreamLost(0, "closed its collective stream", absl::InfinitePast(),
+                      &callbacks);
     callbacks.Run();
   }
   EXPECT_EQ(streams_[0]->wakes, wakes0 + 1);
@@ -762,6 +767,155 @@ TEST_F(RoundTest, QuorumDeadlineBelowQuorumFailsNamingTheMissing) {
   ASSERT_EQ(finished_.size(), 1u);
   EXPECT_EQ(finished_[0].second, expected);
   ExpectAllFinishedWith(*round, expected);
+}
+
+// A resume header for `rank` after `frames` frames, declaring `digest`.
+v1::CollectiveHeader ResumeHeader(int rank, uint64_t frames,
+                                  const Sha256Digest& digest) {
+  v1::CollectiveHeader header;
+  header.set_op(v1::ALL_GATHER);
+  header.set_rank(rank);
+  header.set_resume(true);
+  header.set_frames_received(frames);
+  header.set_contribution_sha256(digest.data(), digest.size());
+  return header;
+}
+
+TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_TRUE(Offer(*round, 1, 0));
+  Pump(*round, 1, &received_[1]);  // header 0 and chunk 0 written to rank 1
+  ASSERT_THAT(received_[1].log, ElementsAre("header 0", "chunk 0 t0 @0"));
+  {
+    // Rank 1's stream breaks; the client got only the header.
+    PendingCallbacks callbacks;
+    Sha256 upload;
+    upload.Update(payloads_[1].data(), kChunkBytes);
+    round->StreamLost(1, "closed", absl::FromUnixSeconds(10), &callbacks,
+                      std::move(upload));
+    callbacks.Run();
+  }
+  EXPECT_TRUE(finished_.empty());  // detached, not failed
+  PendingCallbacks callbacks;
+  absl::StatusOr<Round::ResumePoint> point = round->Resume(
+      1, "ipv4:127.0.0.1:2", ResumeHeader(1, 1, DigestOf(1)), TwoFloats(),
+      HeaderFrame(1, v1::ALL_GATHER, TwoFloats()), streams_[1], &callbacks);
+  callbacks.Run();
+  ASSERT_TRUE(point.ok()) << point.status();
+  EXPECT_EQ(point->upload_bytes, kChunkBytes);  // goes on at chunk 1
+  EXPECT_FALSE(point->upload_ended);
+  // The chunk the client never got comes again, then the rest.
+  Received resumed;
+  Pump(*round, 1, &resumed);
+  EXPECT_THAT(resumed.log, ElementsAre("chunk 0 t0 @0"));
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  // The resumed upload hashes on from the detached stream's state.
+  Sha256 rest = std::move(point->hasher);
+  rest.Update(payloads_[1].data() + kChunkBytes, kChunkBytes);
+  EXPECT_EQ(rest.Finish(), DigestOf(1));
+  EXPECT_TRUE(Offer(*round, 1, 1));
+  End(*round, 0);
+  End(*round, 1);
+  Pump(*round, 0, &received_[0]);
+  Pump(*round, 1, &resumed);
+  EXPECT_TRUE(resumed.committed);
+  EXPECT_EQ(resumed.data_by_rank[0], payloads_[0]);
+  EXPECT_EQ(received_[0].data_by_rank[1], payloads_[1]);
+  const ServerEvent* event = nullptr;
+  for (const ServerEvent& e : events_.events) {
+    if (e.kind == EventKind::kStreamResumed) event = &e;
+  }
+  ASSERT_NE(event, nullptr);
+  EXPECT_THAT(event->details, ::testing::Contains(std::make_pair(
+                                  std::string("download_bytes_resent"),
+                                  absl::StrCat(kChunkBytes))));
+}
+
+TEST_F(RoundTest, ResumeBeforeTheOldStreamIsGoneIsRetried) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  PendingCallbacks callbacks;
+  absl::StatusOr<Round::ResumePoint> point = round->Resume(
+      0, "peer", ResumeHeader(0, 0, DigestOf(0)), TwoFloats(),
+      HeaderFrame(0, v1::ALL_GATHER, TwoFloats()), streams_[0], &callbacks);
+  EXPECT_EQ(point.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(point.status().message()),
+              HasSubstr("previous stream is still open; retry"));
+  EXPECT_TRUE(finished_.empty());
+}
+
+TEST_F(RoundTest, ResumingWithOtherBytesIsEquivocation) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  End(*round, 0);
+  PendingCallbacks callbacks;
+  round->StreamLost(0, "closed", absl::FromUnixSeconds(10), &callbacks);
+  // The same key (seq, rank 0) now claims other bytes.
+  absl::StatusOr<Round::ResumePoint> point = round->Resume(
+      0, "peer", ResumeHeader(0, 0, DigestOf(1)), TwoFloats(),
+      HeaderFrame(0, v1::ALL_GATHER, TwoFloats()), streams_[0], &callbacks);
+  callbacks.Run();
+  EXPECT_EQ(point.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(point.status().message()),
+              HasSubstr("rank 0 (site-a) resumed its contribution with "
+                        "different bytes than it first sent"));
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, point.status());
+  EXPECT_THAT(events_.Kinds(), ::testing::Contains(EventKind::kEquivocation));
+}
+
+TEST_F(RoundTest, ResumingTheSameEndedContributionIsANoOp) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  End(*round, 0);
+  PendingCallbacks callbacks;
+  round->StreamLost(0, "closed", absl::FromUnixSeconds(10), &callbacks);
+  absl::StatusOr<Round::ResumePoint> point = round->Resume(
+      0, "peer", ResumeHeader(0, 0, DigestOf(0)), TwoFloats(),
+      HeaderFrame(0, v1::ALL_GATHER, TwoFloats()), streams_[0], &callbacks);
+  callbacks.Run();
+  ASSERT_TRUE(point.ok()) << point.status();
+  EXPECT_TRUE(point->upload_ended);  // nothing to send again
+  EXPECT_EQ(point->upload_bytes, 2 * kChunkBytes);
+  EXPECT_TRUE(Offer(*round, 1, 0));
+  EXPECT_TRUE(Offer(*round, 1, 1));
+  End(*round, 1);
+  PumpAll(*round);
+  EXPECT_TRUE(received_[0].committed);
+  EXPECT_EQ(received_[0].data_by_rank[1], payloads_[1]);
+}
+
+TEST_F(RoundTest, ARankThatDoesNotResumeWithinTheGraceFailsTheRound) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  {
+    PendingCallbacks callbacks;
+    round->StreamLost(1, "closed", absl::FromUnixSeconds(100), &callbacks);
+    callbacks.Run();
+  }
+  CheckDeadline(*round, absl::FromUnixSeconds(109));
+  EXPECT_TRUE(finished_.empty());
+  CheckDeadline(*round, absl::FromUnixSeconds(110));
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second,
+            absl::UnavailableError(
+                "group 'demo' epoch 1 seq 0: rank 1 (site-b) lost its "
+                "collective stream and did not resume it within 10s"));
 }
 
 TEST_F(RoundTest, CompletedRoundIgnoresLaterFailures) {

@@ -265,9 +265,14 @@ class Group {
 template <typename T>
 Work<T> Group::Enqueue(std::function<absl::StatusOr<T>()> body) {
   auto [work, completer] = Work<T>::Make();
-  queue_.Add([body = std::move(body),
-              completer = std::move(completer)](const absl::Status& refused) {
-    completer.Complete(refused.ok() ? body() : absl::StatusOr<T>(refused));
+  queue_.Add([body = std::move(body), completer = std::move(completer)](
+                 const absl::Status& refused) mutable {
+    absl::StatusOr<T> outcome =
+        refused.ok() ? body() : absl::StatusOr<T>(refused);
+    // The body's captures (the caller's tensors) go before the Work
+    // completes, so a caller that saw it complete holds the last reference.
+    body = nullptr;
+    completer.Complete(std::move(outcome));
   });
   return work;
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/group.h"
+#include "client/torch_dtype.h"
 #include "client/work.h"
 #include "common/tensor_spec.h"
 #include "python/src/error.h"
@@ -16,32 +17,12 @@
 namespace fedgather::python {
 namespace {
 
+// DTypeOf is fedgather::DTypeOf, throwing (on this rank) for a dtype
+// fedgather does not carry.
 DType DTypeOf(const at::Tensor& tensor) {
-  switch (tensor.scalar_type()) {
-    case at::kFloat:
-      return DType::kF32;
-    case at::kHalf:
-      return DType::kF16;
-    case at::kBFloat16:
-      return DType::kBF16;
-    case at::kDouble:
-      return DType::kF64;
-    case at::kLong:
-      return DType::kI64;
-    case at::kInt:
-      return DType::kI32;
-    case at::kShort:
-      return DType::kI16;
-    case at::kChar:
-      return DType::kI8;
-    case at::kByte:
-      return DType::kU8;
-    case at::kBool:
-      return DType::kBool;
-    default:
-      TORCH_CHECK(false, "fedgather: unsupported tensor dtype ",
-                  tensor.scalar_type());
-  }
+  absl::StatusOr<DType> dtype = fedgather::DTypeOf(tensor);
+  TORCH_CHECK(dtype.ok(), "fedgather: ", dtype.status().message());
+  return *dtype;
 }
 
 // CheckTensor throws (on this rank) unless `tensor` is a CPU tensor and,

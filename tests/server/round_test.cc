@@ -243,6 +243,49 @@ class RoundTest : public ::testing::Test {
     }
   }
 
+  // MakeQuorumRound makes a round of 3 with min_quorum 2, whose quorum
+  // deadline is at 100 s and hard deadline at 200 s (Unix time).
+  std::unique_ptr<Round> MakeQuorumRound() {
+    min_quorum_ = 2;
+    quorum_deadline_ = absl::FromUnixSeconds(100);
+    return MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  }
+
+  // Resume resumes `rank` after `frames` frames, declaring `digest`.
+  absl::StatusOr<Round::ResumePoint> Resume(Round& round, int rank,
+                                            uint64_t frames,
+                                            const Sha256Digest& digest) {
+    v1::CollectiveHeader header;
+    header.set_op(v1::ALL_GATHER);
+    header.set_rank(rank);
+    header.set_resume(true);
+    header.set_frames_received(frames);
+    header.set_contribution_sha256(digest.data(), digest.size());
+    PendingCallbacks callbacks;
+    absl::StatusOr<Round::ResumePoint> point =
+        round.Resume(rank, "ipv4:127.0.0.1:2", header, TwoFloats(),
+                     HeaderFrame(rank, v1::ALL_GATHER, TwoFloats()),
+                     streams_[rank], &callbacks);
+    callbacks.Run();
+    return point;
+  }
+
+  // RankZeroEndedThenBroke: a round of 2 where rank 0 uploaded everything,
+  // ended, and then lost its stream.
+  std::unique_ptr<Round> RankZeroEndedThenBroke() {
+    resume_grace_ = absl::Seconds(10);
+    std::unique_ptr<Round> round = MakeRound(2);
+    EXPECT_TRUE(Attach(*round, 0).ok());
+    EXPECT_TRUE(Attach(*round, 1).ok());
+    EXPECT_TRUE(Offer(*round, 0, 0));
+    EXPECT_TRUE(Offer(*round, 0, 1));
+    End(*round, 0);
+    PendingCallbacks callbacks;
+    round->StreamLost(0, "closed", absl::FromUnixSeconds(10), &callbacks);
+    callbacks.Run();
+    return round;
+  }
+
   void CheckDeadline(Round& round, absl::Time now) {
     PendingCallbacks callbacks;
     round.CheckDeadline(now, &callbacks);
@@ -680,10 +723,7 @@ TEST_F(RoundTest, CheckDeadlineWithNobodyStarted) {
 }
 
 TEST_F(RoundTest, QuorumRoundWaitsForEveryRankUntilItsDeadline) {
-  min_quorum_ = 2;
-  quorum_deadline_ = absl::FromUnixSeconds(100);
-  std::unique_ptr<Round> round =
-      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  std::unique_ptr<Round> round = MakeQuorumRound();
   ASSERT_TRUE(Attach(*round, 0).ok());
   ASSERT_TRUE(Attach(*round, 1).ok());
   for (int r = 0; r < 2; ++r) {
@@ -706,10 +746,7 @@ TEST_F(RoundTest, QuorumRoundWaitsForEveryRankUntilItsDeadline) {
 }
 
 TEST_F(RoundTest, QuorumDeadlineShutsOutLateRanksAndCommitsWithTheOthers) {
-  min_quorum_ = 2;
-  quorum_deadline_ = absl::FromUnixSeconds(100);
-  std::unique_ptr<Round> round =
-      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  std::unique_ptr<Round> round = MakeQuorumRound();
   ASSERT_TRUE(Attach(*round, 0).ok());
   ASSERT_TRUE(Attach(*round, 1).ok());
   EXPECT_TRUE(Offer(*round, 0, 0));
@@ -753,10 +790,7 @@ TEST_F(RoundTest, QuorumDeadlineShutsOutLateRanksAndCommitsWithTheOthers) {
 }
 
 TEST_F(RoundTest, QuorumDeadlineBelowQuorumFailsNamingTheMissing) {
-  min_quorum_ = 2;
-  quorum_deadline_ = absl::FromUnixSeconds(100);
-  std::unique_ptr<Round> round =
-      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  std::unique_ptr<Round> round = MakeQuorumRound();
   ASSERT_TRUE(Attach(*round, 0).ok());
   CheckDeadline(*round, absl::FromUnixSeconds(100));
   const absl::Status expected = absl::DeadlineExceededError(
@@ -767,18 +801,6 @@ TEST_F(RoundTest, QuorumDeadlineBelowQuorumFailsNamingTheMissing) {
   ASSERT_EQ(finished_.size(), 1u);
   EXPECT_EQ(finished_[0].second, expected);
   ExpectAllFinishedWith(*round, expected);
-}
-
-// A resume header for `rank` after `frames` frames, declaring `digest`.
-v1::CollectiveHeader ResumeHeader(int rank, uint64_t frames,
-                                  const Sha256Digest& digest) {
-  v1::CollectiveHeader header;
-  header.set_op(v1::ALL_GATHER);
-  header.set_rank(rank);
-  header.set_resume(true);
-  header.set_frames_received(frames);
-  header.set_contribution_sha256(digest.data(), digest.size());
-  return header;
 }
 
 TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
@@ -800,11 +822,8 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
     callbacks.Run();
   }
   EXPECT_TRUE(finished_.empty());  // detached, not failed
-  PendingCallbacks callbacks;
-  absl::StatusOr<Round::ResumePoint> point = round->Resume(
-      1, "ipv4:127.0.0.1:2", ResumeHeader(1, 1, DigestOf(1)), TwoFloats(),
-      HeaderFrame(1, v1::ALL_GATHER, TwoFloats()), streams_[1], &callbacks);
-  callbacks.Run();
+  absl::StatusOr<Round::ResumePoint> point =
+      Resume(*round, 1, /*frames=*/1, DigestOf(1));
   ASSERT_TRUE(point.ok()) << point.status();
   EXPECT_EQ(point->upload_bytes, kChunkBytes);  // goes on at chunk 1
   EXPECT_FALSE(point->upload_ended);
@@ -839,10 +858,8 @@ TEST_F(RoundTest, ResumeBeforeTheOldStreamIsGoneIsRetried) {
   resume_grace_ = absl::Seconds(10);
   std::unique_ptr<Round> round = MakeRound(2);
   ASSERT_TRUE(Attach(*round, 0).ok());
-  PendingCallbacks callbacks;
-  absl::StatusOr<Round::ResumePoint> point = round->Resume(
-      0, "peer", ResumeHeader(0, 0, DigestOf(0)), TwoFloats(),
-      HeaderFrame(0, v1::ALL_GATHER, TwoFloats()), streams_[0], &callbacks);
+  absl::StatusOr<Round::ResumePoint> point =
+      Resume(*round, 0, /*frames=*/0, DigestOf(0));
   EXPECT_EQ(point.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(point.status().message()),
               HasSubstr("previous stream is still open; retry"));
@@ -850,20 +867,10 @@ TEST_F(RoundTest, ResumeBeforeTheOldStreamIsGoneIsRetried) {
 }
 
 TEST_F(RoundTest, ResumingWithOtherBytesIsEquivocation) {
-  resume_grace_ = absl::Seconds(10);
-  std::unique_ptr<Round> round = MakeRound(2);
-  ASSERT_TRUE(Attach(*round, 0).ok());
-  ASSERT_TRUE(Attach(*round, 1).ok());
-  EXPECT_TRUE(Offer(*round, 0, 0));
-  EXPECT_TRUE(Offer(*round, 0, 1));
-  End(*round, 0);
-  PendingCallbacks callbacks;
-  round->StreamLost(0, "closed", absl::FromUnixSeconds(10), &callbacks);
+  std::unique_ptr<Round> round = RankZeroEndedThenBroke();
   // The same key (seq, rank 0) now claims other bytes.
-  absl::StatusOr<Round::ResumePoint> point = round->Resume(
-      0, "peer", ResumeHeader(0, 0, DigestOf(1)), TwoFloats(),
-      HeaderFrame(0, v1::ALL_GATHER, TwoFloats()), streams_[0], &callbacks);
-  callbacks.Run();
+  absl::StatusOr<Round::ResumePoint> point =
+      Resume(*round, 0, /*frames=*/0, DigestOf(1));
   EXPECT_EQ(point.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(point.status().message()),
               HasSubstr("rank 0 (site-a) resumed its contribution with "
@@ -874,19 +881,9 @@ TEST_F(RoundTest, ResumingWithOtherBytesIsEquivocation) {
 }
 
 TEST_F(RoundTest, ResumingTheSameEndedContributionIsANoOp) {
-  resume_grace_ = absl::Seconds(10);
-  std::unique_ptr<Round> round = MakeRound(2);
-  ASSERT_TRUE(Attach(*round, 0).ok());
-  ASSERT_TRUE(Attach(*round, 1).ok());
-  EXPECT_TRUE(Offer(*round, 0, 0));
-  EXPECT_TRUE(Offer(*round, 0, 1));
-  End(*round, 0);
-  PendingCallbacks callbacks;
-  round->StreamLost(0, "closed", absl::FromUnixSeconds(10), &callbacks);
-  absl::StatusOr<Round::ResumePoint> point = round->Resume(
-      0, "peer", ResumeHeader(0, 0, DigestOf(0)), TwoFloats(),
-      HeaderFrame(0, v1::ALL_GATHER, TwoFloats()), streams_[0], &callbacks);
-  callbacks.Run();
+  std::unique_ptr<Round> round = RankZeroEndedThenBroke();
+  absl::StatusOr<Round::ResumePoint> point =
+      Resume(*round, 0, /*frames=*/0, DigestOf(0));
   ASSERT_TRUE(point.ok()) << point.status();
   EXPECT_TRUE(point->upload_ended);  // nothing to send again
   EXPECT_EQ(point->upload_bytes, 2 * kChunkBytes);
@@ -1130,10 +1127,7 @@ TEST_F(ReduceRoundTest, HeadersThatDisagreeFailEveryRank) {
 }
 
 TEST_F(ReduceRoundTest, QuorumDeadlineFinishesTheChunksTheContributorsSent) {
-  min_quorum_ = 2;
-  quorum_deadline_ = absl::FromUnixSeconds(100);
-  std::unique_ptr<Round> round =
-      MakeRound(3, int64_t{1} << 20, absl::FromUnixSeconds(200));
+  std::unique_ptr<Round> round = MakeQuorumRound();
   ASSERT_TRUE(AttachReduce(*round, 0, v1::MEAN).ok());
   ASSERT_TRUE(AttachReduce(*round, 1, v1::MEAN).ok());
   EXPECT_TRUE(OfferReduce(*round, 0, {1, 2}));

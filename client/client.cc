@@ -50,7 +50,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::Join(
   request.set_group(options.group);
   request.set_world_size(options.world_size);
   if (options.rank.has_value()) request.set_requested_rank(*options.rank);
-  std::unique_ptr<Group> group(new Group(channel_, options.group));
+  std::unique_ptr<Group> group(
+      new Group(channel_, options.group, options.resume_grace));
   if (absl::Status joined = group->Join(request, options.timeout);
       !joined.ok()) {
     return absl::Status(joined.code(),

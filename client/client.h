@@ -37,6 +37,11 @@ struct JoinOptions {
   std::optional<int> rank;  // unset: the server assigns by sorted identity
   // How long to wait for every member to join.
   absl::Duration timeout = absl::Minutes(5);
+  // When the session to the server breaks (not when the server ends it),
+  // the member reconnects and takes its rank again within this grace, with
+  // backoff; collectives in flight resume too. Zero: a break leaves the
+  // group. The server's --resume-grace bounds it too.
+  absl::Duration resume_grace = absl::Seconds(10);
 };
 
 class Client {

@@ -68,33 +68,46 @@ CollectiveSetup Setup(v1::Op op) {
 
 }  // namespace
 
-Group::Group(std::shared_ptr<grpc::Channel> channel, std::string name)
+Group::Group(std::shared_ptr<grpc::Channel> channel, std::string name,
+             absl::Duration resume_grace)
     : stub_(v1::Rendezvous::NewStub(channel)),
       generic_stub_(channel),
-      name_(std::move(name)) {}
+      name_(std::move(name)),
+      resume_grace_(resume_grace) {}
 
 Group::~Group() {
   {
     absl::MutexLock lock(&mu_);
     leaving_ = true;
+    if (session_context_ != nullptr) session_context_->TryCancel();
   }
+  leave_.Notify();
   // Leaving ends the epoch, which fails the collective that is running on
   // every rank; the ones still queued never start.
-  session_context_.TryCancel();
   queue_.Close(absl::CancelledError(
       "this member left the group before the collective started"));
   if (session_thread_.joinable()) session_thread_.join();
 }
 
-absl::Status Group::Join(const v1::JoinRequest& request,
-                         absl::Duration timeout) {
-  session_ = stub_->Session(&session_context_);
+absl::StatusOr<v1::Joined> Group::OpenSession(const v1::JoinRequest& request,
+                                              absl::Duration timeout,
+                                              bool* server_final) {
+  *server_final = false;
+  session_.reset();  // the old stream goes before its context
+  grpc::ClientContext* context;
+  {
+    absl::MutexLock lock(&mu_);
+    if (leaving_) return absl::CancelledError("this member left the group");
+    session_context_ = std::make_unique<grpc::ClientContext>();
+    context = session_context_.get();
+  }
+  session_ = stub_->Session(context);
   absl::Notification answered;
   bool timed_out = false;
   std::thread watchdog([&] {
     if (!answered.WaitForNotificationWithTimeout(timeout)) {
       timed_out = true;
-      session_context_.TryCancel();
+      context->TryCancel();
     }
   });
   v1::SessionRequest join;
@@ -103,19 +116,28 @@ absl::Status Group::Join(const v1::JoinRequest& request,
   const bool got = session_->Write(join) && session_->Read(&event);
   answered.Notify();
   watchdog.join();
-  if (!got || event.kind_case() != v1::SessionEvent::kJoined) {
-    const grpc::Status status = session_->Finish();
-    if (timed_out) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("the group did not form within the client timeout of ",
-                       absl::FormatDuration(timeout)));
-    }
-    if (status.ok()) {
-      return absl::InternalError("protocol error: the session ended at once");
-    }
-    return FromGrpcStatus(status);
+  if (got && event.kind_case() == v1::SessionEvent::kJoined) {
+    return event.joined();
   }
-  const v1::Joined& joined = event.joined();
+  const grpc::Status status = session_->Finish();
+  *server_final =
+      context->GetServerTrailingMetadata().count(kFinalStatusKey) > 0;
+  if (timed_out) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("the group did not form within the client timeout of ",
+                     absl::FormatDuration(timeout)));
+  }
+  if (status.ok()) {
+    return absl::InternalError("protocol error: the session ended at once");
+  }
+  return FromGrpcStatus(status);
+}
+
+absl::Status Group::Join(const v1::JoinRequest& request,
+                         absl::Duration timeout) {
+  bool server_final = false;
+  FG_ASSIGN_OR_RETURN(const v1::Joined joined,
+                      OpenSession(request, timeout, &server_final));
   rank_ = static_cast<int>(joined.rank());
   world_size_ = static_cast<int>(joined.world_size());
   epoch_ = joined.epoch();
@@ -124,33 +146,90 @@ absl::Status Group::Join(const v1::JoinRequest& request,
   for (const v1::Member& member : joined.members()) {
     identities_.push_back(member.identity());
   }
-  heartbeat_thread_ = std::thread([this] {
-    v1::SessionRequest heartbeat;
-    heartbeat.mutable_heartbeat();
-    while (
-        !stop_heartbeats_.WaitForNotificationWithTimeout(heartbeat_interval_)) {
-      if (!session_->Write(heartbeat)) break;
-    }
-  });
+  StartHeartbeats();
   session_thread_ = std::thread([this] { RunSession(); });
   return absl::OkStatus();
 }
 
-void Group::RunSession() {
-  v1::SessionEvent event;
-  while (session_->Read(&event)) {
-  }
-  stop_heartbeats_.Notify();
+void Group::StartHeartbeats() {
+  stop_heartbeats_ = std::make_unique<absl::Notification>();
+  heartbeat_thread_ = std::thread([this, stop = stop_heartbeats_.get()] {
+    v1::SessionRequest heartbeat;
+    heartbeat.mutable_heartbeat();
+    while (!stop->WaitForNotificationWithTimeout(heartbeat_interval_)) {
+      if (!session_->Write(heartbeat)) break;
+    }
+  });
+}
+
+void Group::StopHeartbeats() {
+  stop_heartbeats_->Notify();
   heartbeat_thread_.join();
-  const grpc::Status status = session_->Finish();
-  absl::MutexLock lock(&mu_);
-  if (leaving_) {
-    session_status_ = absl::CancelledError("this member left the group");
-  } else if (status.ok()) {
-    session_status_ = absl::UnavailableError("the server closed the session");
-  } else {
-    session_status_ = FromGrpcStatus(status);
+}
+
+void Group::RunSession() {
+  for (;;) {
+    v1::SessionEvent event;
+    while (session_->Read(&event)) {
+    }
+    StopHeartbeats();
+    const grpc::Status status = session_->Finish();
+    bool final;
+    {
+      absl::MutexLock lock(&mu_);
+      final = session_context_->GetServerTrailingMetadata().count(
+                  kFinalStatusKey) > 0;
+      if (leaving_) {
+        session_status_ = absl::CancelledError("this member left the group");
+        return;
+      }
+    }
+    absl::Status ended =
+        status.ok() ? absl::UnavailableError("the server closed the session")
+                    : FromGrpcStatus(status);
+    // A session the server ended is over; a broken one is resumed.
+    if (!final && resume_grace_ > absl::ZeroDuration()) {
+      ended = ResumeSession(ended.message());
+      if (ended.ok()) continue;
+    }
+    absl::MutexLock lock(&mu_);
+    session_status_ =
+        leaving_ ? absl::CancelledError("this member left the group") : ended;
+    return;
   }
+}
+
+absl::Status Group::ResumeSession(absl::string_view why) {
+  v1::JoinRequest request;
+  request.set_group(name_);
+  request.set_world_size(static_cast<uint32_t>(world_size_));
+  request.set_requested_rank(static_cast<uint32_t>(rank_));
+  request.set_resume_epoch(epoch_);
+  const absl::Time give_up = absl::Now() + resume_grace_;
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::Status last;
+  while (absl::Now() < give_up) {
+    bool server_final = false;
+    absl::StatusOr<v1::Joined> joined = OpenSession(
+        request, std::max(give_up - absl::Now(), absl::Milliseconds(1)),
+        &server_final);
+    if (joined.ok()) {
+      if (joined->epoch() != epoch_ ||
+          joined->rank() != static_cast<uint32_t>(rank_)) {
+        return absl::InternalError("protocol error: resumed another epoch");
+      }
+      StartHeartbeats();
+      return absl::OkStatus();
+    }
+    last = joined.status();
+    if (server_final || absl::IsCancelled(last)) return last;
+    if (leave_.WaitForNotificationWithTimeout(backoff)) break;
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the session to the server broke (", why,
+      ") and could not be resumed within ", absl::FormatDuration(resume_grace_),
+      last.ok() ? "" : absl::StrCat(": ", last.message())));
 }
 
 absl::Status Group::Run(CollectiveSetup setup,

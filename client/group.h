@@ -201,11 +201,23 @@ class Group {
 
  private:
   friend class Client;
-  Group(std::shared_ptr<grpc::Channel> channel, std::string name);
+  Group(std::shared_ptr<grpc::Channel> channel, std::string name,
+        absl::Duration resume_grace);
 
   // Join writes the join request and blocks until the group forms.
   absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout);
+  // OpenSession opens a session stream, writes `request` and reads the
+  // Joined answer (at most `timeout`); `server_final` tells whether a
+  // failure came from the server's decision rather than a broken stream.
+  absl::StatusOr<v1::Joined> OpenSession(const v1::JoinRequest& request,
+                                         absl::Duration timeout,
+                                         bool* server_final);
+  // RunSession reads the session until it ends; a broken one is resumed
+  // (ResumeSession) within the grace.
   void RunSession();
+  absl::Status ResumeSession(absl::string_view why);
+  void StartHeartbeats();
+  void StopHeartbeats();
   // Enqueue runs `body` on the collective queue and returns its Work.
   template <typename T>
   Work<T> Enqueue(std::function<absl::StatusOr<T>()> body);
@@ -247,15 +259,20 @@ class Group {
   std::vector<std::string> identities_;
   uint64_t next_seq_ = 0;  // used only on the queue's thread
 
-  grpc::ClientContext session_context_;
+  const absl::Duration resume_grace_;
+  // The session stream now; replaced only by the session thread, while no
+  // heartbeat thread runs.
   std::unique_ptr<
       grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>>
       session_;
-  std::thread session_thread_;  // reads until the session ends
-  std::thread heartbeat_thread_;
-  absl::Notification stop_heartbeats_;
+  std::thread session_thread_;    // reads until the session ends
+  std::thread heartbeat_thread_;  // one per session stream
+  std::unique_ptr<absl::Notification> stop_heartbeats_;
+  absl::Notification leave_;  // wakes a resume's backoff
 
   absl::Mutex mu_;
+  // The context of the session stream now (cancelled to leave).
+  std::unique_ptr<grpc::ClientContext> session_context_ ABSL_GUARDED_BY(mu_);
   absl::Status session_status_ ABSL_GUARDED_BY(mu_);  // set when it ends
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;
 

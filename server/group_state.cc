@@ -62,6 +62,10 @@ absl::Status GroupState::Join(const std::string& identity,
     }
     requested = static_cast<int>(request.requested_rank());
   }
+  if (request.resume_epoch() != 0) {
+    return ResumeLocked(identity, peer, request, std::move(session), now,
+                        callbacks);
+  }
   if (formed_) {
     const auto member =
         std::find_if(members_.begin(), members_.end(),
@@ -98,6 +102,63 @@ absl::Status GroupState::Join(const std::string& identity,
   return absl::OkStatus();
 }
 
+v1::Joined GroupState::JoinedLocked(int rank) const {
+  v1::Joined joined;
+  joined.set_group(name_);
+  joined.set_epoch(epoch_);
+  joined.set_rank(static_cast<uint32_t>(rank));
+  joined.set_world_size(static_cast<uint32_t>(members_.size()));
+  joined.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(limits_.heartbeat_interval));
+  joined.set_heartbeat_timeout_ms(
+      absl::ToInt64Milliseconds(limits_.heartbeat_timeout));
+  joined.set_max_chunk_bytes(static_cast<uint32_t>(limits_.max_chunk_bytes));
+  for (size_t r = 0; r < members_.size(); ++r) {
+    v1::Member* member = joined.add_members();
+    member->set_rank(static_cast<uint32_t>(r));
+    member->set_identity(members_[r].identity);
+  }
+  return joined;
+}
+
+absl::Status GroupState::ResumeLocked(const std::string& identity,
+                                      const std::string& peer,
+                                      const v1::JoinRequest& request,
+                                      std::shared_ptr<SessionStream> session,
+                                      absl::Time now,
+                                      PendingCallbacks* callbacks) {
+  if (!formed_ || request.resume_epoch() != epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", name_, "' epoch ", request.resume_epoch(),
+        " cannot be resumed: ",
+        formed_ ? absl::StrCat("the group is at epoch ", epoch_)
+                : (ended_status_.ok() ? std::string("it ended")
+                                      : std::string(ended_status_.message())),
+        "; join again"));
+  }
+  const int rank = request.has_requested_rank()
+                       ? static_cast<int>(request.requested_rank())
+                       : -1;
+  if (rank < 0 || members_[rank].identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        Describe(), ": identity '", identity, "' may not resume rank ", rank,
+        ", which is bound to another identity"));
+  }
+  Member& member = members_[rank];
+  member.peer = peer;
+  member.session = session;
+  member.session_key = session.get();
+  member.last_heartbeat = now;
+  member.disconnected = false;
+  std::weak_ptr<SessionStream> weak = session;
+  callbacks->Add([weak, joined = JoinedLocked(rank)] {
+    if (auto s = weak.lock()) s->SendJoined(joined);
+  });
+  Emit(EventKind::kMemberJoined, rank, identity, peer, absl::OkStatus(),
+       callbacks);
+  return absl::OkStatus();
+}
+
 void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   const int world = config_.world_size;
   std::vector<const Waiting*> by_rank(world, nullptr);
@@ -129,22 +190,8 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   }
   waiting_.clear();
 
-  v1::Joined joined;
-  joined.set_group(name_);
-  joined.set_epoch(epoch_);
-  joined.set_world_size(world);
-  joined.set_heartbeat_interval_ms(
-      absl::ToInt64Milliseconds(limits_.heartbeat_interval));
-  joined.set_heartbeat_timeout_ms(
-      absl::ToInt64Milliseconds(limits_.heartbeat_timeout));
-  joined.set_max_chunk_bytes(static_cast<uint32_t>(limits_.max_chunk_bytes));
   for (int r = 0; r < world; ++r) {
-    v1::Member* member = joined.add_members();
-    member->set_rank(r);
-    member->set_identity(members_[r].identity);
-  }
-  for (int r = 0; r < world; ++r) {
-    joined.set_rank(r);
+    const v1::Joined joined = JoinedLocked(r);
     std::weak_ptr<SessionStream> weak = members_[r].session;
     callbacks->Add([weak, joined] {
       if (auto session = weak.lock()) session->SendJoined(joined);
@@ -198,7 +245,7 @@ void GroupState::MemberAlive(uint64_t epoch, int rank, absl::Time now) {
 }
 
 void GroupState::SessionLost(const SessionStream* session,
-                             absl::string_view why,
+                             absl::string_view why, absl::Time now,
                              PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
@@ -212,6 +259,22 @@ void GroupState::SessionLost(const SessionStream* session,
   }
   for (size_t r = 0; r < members_.size(); ++r) {
     if (members_[r].session_key != session) continue;
+    if (limits_.resume_grace > absl::ZeroDuration()) {
+      Member& member = members_[r];
+      member.disconnected = true;
+      member.disconnected_at = now;
+      member.lost_why = std::string(why);
+      member.session.reset();
+      member.session_key = nullptr;
+      Emit(EventKind::kMemberLeft, static_cast<int>(r), member.identity,
+           member.peer,
+           absl::UnavailableError(
+               absl::StrCat(Describe(), ": rank ", r, " (", member.identity,
+                            ") disconnected: ", why, "; it may resume within ",
+                            absl::FormatDuration(limits_.resume_grace))),
+           callbacks);
+      return;
+    }
     const absl::Status left = absl::UnavailableError(
         absl::StrCat(Describe(), ": rank ", r, " (", members_[r].identity,
                      ") disconnected: ", why));
@@ -375,6 +438,17 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
   }
   if (!formed_) return;
   for (size_t r = 0; r < members_.size(); ++r) {
+    const Member& member = members_[r];
+    if (member.disconnected) {
+      if (now - member.disconnected_at < limits_.resume_grace) continue;
+      EndEpochLocked(absl::UnavailableError(absl::StrCat(
+                         Describe(), ": rank ", r, " (", member.identity,
+                         ") disconnected: ", member.lost_why,
+                         ", and did not resume within ",
+                         absl::FormatDuration(limits_.resume_grace))),
+                     nullptr, callbacks);
+      return;
+    }
     const absl::Duration silent = now - members_[r].last_heartbeat;
     if (silent <= limits_.heartbeat_timeout) continue;
     EndEpochLocked(absl::UnavailableError(absl::StrCat(

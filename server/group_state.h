@@ -56,7 +56,7 @@ struct GroupLimits {
   // Resumable collective streams (RoundOptions::resume_grace and
   // resume_window_bytes); zero grace: a broken stream fails its round.
   absl::Duration resume_grace = absl::ZeroDuration();
-  int64_t resume_window_bytes = int64_t{8} << 20;
+  int64_t resume_window_bytes = int64_t{32} << 20;
   EventSink* events = nullptr;  // may be null; must outlive the group
 };
 
@@ -75,7 +75,10 @@ class GroupState {
   //   ALREADY_EXISTS      the identity is already waiting, or the rank is
   //                       taken
   //   FAILED_PRECONDITION the group is formed and full
-  // A current member that joins again ends the epoch first (it restarted).
+  // A current member that joins again ends the epoch first (it restarted),
+  // unless it names the current epoch in resume_epoch (and its rank): then
+  // its new session takes the old one's place and gets Joined again. A
+  // resume_epoch that is not current is FAILED_PRECONDITION.
   // `peer` is the session's address, for events.
   absl::Status Join(const std::string& identity, const std::string& peer,
                     const v1::JoinRequest& request,
@@ -89,10 +92,13 @@ class GroupState {
   // Heartbeat records that `session` is alive.
   void Heartbeat(const SessionStream* session, absl::Time now);
 
-  // SessionLost reports that `session` ended; for a member of the current
-  // epoch that ends the epoch. No effect for an unknown session.
+  // SessionLost reports that `session` ended at `now`; for a member of the
+  // current epoch that ends the epoch, unless sessions are resumable
+  // (GroupLimits::resume_grace): then the member may join again with
+  // resume_epoch within the grace (CheckTimers ends the epoch after it). No
+  // effect for an unknown session.
   void SessionLost(const SessionStream* session, absl::string_view why,
-                   PendingCallbacks* callbacks);
+                   absl::Time now, PendingCallbacks* callbacks);
 
   // FindRound returns the round `header` names, creating it for a new seq,
   // and the caller's rank. Checks that the epoch is current, that `identity`
@@ -155,10 +161,23 @@ class GroupState {
     const SessionStream* session_key = nullptr;
     absl::Time last_heartbeat;
     uint64_t next_seq = 0;
+    // Its session broke at disconnected_at (why); it may resume.
+    bool disconnected = false;
+    absl::Time disconnected_at;
+    std::string lost_why;
   };
 
   std::string Describe() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormLocked(absl::Time now, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // JoinedLocked is the formed epoch's view for `rank`.
+  v1::Joined JoinedLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResumeLocked gives a member's rank back to its new session.
+  absl::Status ResumeLocked(const std::string& identity,
+                            const std::string& peer,
+                            const v1::JoinRequest& request,
+                            std::shared_ptr<SessionStream> session,
+                            absl::Time now, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // EndEpochLocked fails every round and closes every session but `except`.
   // `status` is taken by value: callers may pass closing_, which it resets.

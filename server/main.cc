@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
          heartbeat_timeout = 5;
   int64_t max_buffered_mib = 256;
   double resume_grace = 10;
-  int64_t resume_window_mib = 8;
+  int64_t resume_window_mib = 32;
   app.add_option("--listen", listen,
                  "HOST:PORT to listen on (port 0 picks one)")
       ->capture_default_str();

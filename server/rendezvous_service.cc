@@ -17,7 +17,7 @@ RendezvousService::RendezvousService(GroupRegistry* registry,
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>*
 RendezvousService::Session(grpc::CallbackServerContext* context) {
   return SessionReactor::Start(
-      registry_, access_,
+      context, registry_, access_,
       access_->AdmitStream(context->auth_context().get(), context->peer(),
                            "Session"),
       clock_);

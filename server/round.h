@@ -91,7 +91,7 @@ struct RoundOptions {
   // Frames every receiver has written are kept until this many newer bytes
   // have been, so a receiver can resume the frames its broken stream had
   // written but it never got.
-  int64_t resume_window_bytes = int64_t{8} << 20;
+  int64_t resume_window_bytes = int64_t{32} << 20;
   EventSink* events = nullptr;  // may be null
   // Called once, through PendingCallbacks, when the round has completed (OK)
   // or failed (its status).

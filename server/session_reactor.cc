@@ -7,13 +7,14 @@
 
 namespace fedgather::server {
 
-SessionReactor* SessionReactor::Start(GroupRegistry* registry,
+SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
+                                      GroupRegistry* registry,
                                       AccessControl* access,
                                       absl::StatusOr<Admission> admission,
                                       std::function<absl::Time()> clock) {
   const bool admitted = admission.ok();
   std::shared_ptr<SessionReactor> reactor(new SessionReactor(
-      registry, access, admitted ? *std::move(admission) : Admission{},
+      context, registry, access, admitted ? *std::move(admission) : Admission{},
       std::move(clock)));
   reactor->self_ = reactor;
   if (!admitted) {
@@ -29,10 +30,12 @@ void SessionReactor::Revoke(const absl::Status& status) {
   Lost(status.message(), status);
 }
 
-SessionReactor::SessionReactor(GroupRegistry* registry, AccessControl* access,
+SessionReactor::SessionReactor(grpc::CallbackServerContext* context,
+                               GroupRegistry* registry, AccessControl* access,
                                Admission admission,
                                std::function<absl::Time()> clock)
-    : registry_(registry),
+    : context_(context),
+      registry_(registry),
       access_(access),
       caller_(std::move(admission.caller)),
       stream_lease_(std::move(admission.stream)),
@@ -135,6 +138,7 @@ void SessionReactor::Close(const absl::Status& status) {
     }
     finished_ = true;
   }
+  context_->AddTrailingMetadata(kFinalStatusKey, "1");
   Finish(ToGrpcStatus(status));
 }
 
@@ -150,7 +154,7 @@ void SessionReactor::Lost(absl::string_view why, const absl::Status& finish) {
   }
   if (group != nullptr) {
     PendingCallbacks callbacks;
-    group->SessionLost(this, why, &callbacks);
+    group->SessionLost(this, why, clock_(), &callbacks);
   }
   Close(finish.ok() ? absl::CancelledError(absl::StrCat("session ended: ", why))
                     : finish);

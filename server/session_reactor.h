@@ -8,6 +8,7 @@
 #ifndef FEDGATHER_SERVER_SESSION_REACTOR_H_
 #define FEDGATHER_SERVER_SESSION_REACTOR_H_
 
+#include <grpcpp/server_context.h>
 #include <grpcpp/support/server_callback.h>
 
 #include <functional>
@@ -34,7 +35,10 @@ class SessionReactor
   // `admission` is an error the stream is finished with it at once. The
   // join is authorized by `access` (role participant) and holds one of the
   // caller's max_groups until the session ends.
-  static SessionReactor* Start(GroupRegistry* registry, AccessControl* access,
+  // A session the server closes carries the trailing metadata
+  // kFinalStatusKey: the client does not resume it.
+  static SessionReactor* Start(grpc::CallbackServerContext* context,
+                               GroupRegistry* registry, AccessControl* access,
                                absl::StatusOr<Admission> admission,
                                std::function<absl::Time()> clock);
 
@@ -45,8 +49,11 @@ class SessionReactor
   void Revoke(const absl::Status& status) override;
 
  private:
-  SessionReactor(GroupRegistry* registry, AccessControl* access,
-                 Admission admission, std::function<absl::Time()> clock);
+  SessionReactor(grpc::CallbackServerContext* context, GroupRegistry* registry,
+                 AccessControl* access, Admission admission,
+                 std::function<absl::Time()> clock);
+
+  grpc::CallbackServerContext* const context_;
   // HandleJoin runs the first message; returns the refusal, if any.
   absl::Status HandleJoin(PendingCallbacks* callbacks);
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/client.h"
+#include "tests/e2e/tcp_proxy.h"
 #include "tests/e2e/test_cluster.h"
 
 namespace fedgather::testing {
@@ -137,6 +138,87 @@ TEST(ResumeTest, AllReduceResumesMidUpload) {
   }
   EXPECT_EQ(stats[0].streams, 2);
   EXPECT_LT(stats[0].payload_bytes_sent - kCount * 8, kCount * 8);
+}
+
+// Members of `cluster`'s group "demo" where rank 0 connects through `proxy`.
+struct ProxiedMembers {
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<Group>> groups;
+
+  ProxiedMembers(const TestCluster& cluster, const TcpProxy& proxy, int world) {
+    clients.resize(world);
+    groups.resize(world);
+    RunRanks(world, [&](int r) {
+      clients[r] =
+          r == 0 ? cluster.ConnectVia(TestCluster::Site(r), proxy.address())
+                 : cluster.Connect(TestCluster::Site(r));
+      groups[r] = MustJoin(cluster, *clients[r], r);
+    });
+  }
+};
+
+TEST(ResumeTest, ACutConnectionResumesTheSessionInTheSameEpoch) {
+  TestCluster cluster(ResumableCluster(2));
+  TcpProxy proxy(cluster.server().port());
+  ProxiedMembers members(cluster, proxy, 2);
+  const uint64_t epoch = members.groups[0]->epoch();
+  ASSERT_GE(proxy.Cut(), 1);  // the TCP connection of rank 0 dies
+  // The server sees rank 0 gone, but keeps its place for the grace.
+  ASSERT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kMemberLeft && e.rank == 0;
+      },
+      absl::Seconds(10)));
+  std::vector<absl::Status> status(2);
+  RunRanks(2, [&](int r) { status[r] = GatherRanks(*members.groups[r]); });
+  EXPECT_TRUE(status[0].ok()) << status[0];
+  EXPECT_TRUE(status[1].ok()) << status[1];
+  EXPECT_EQ(members.groups[0]->epoch(), epoch);
+  EXPECT_EQ(proxy.cuts(), 1);
+}
+
+TEST(ResumeTest, ACutConnectionMidTransferResumesSessionAndCollective) {
+  constexpr int64_t kBytes = 8 * kMiB;
+  TestCluster cluster(ResumableCluster(2));
+  TcpProxy proxy(cluster.server().port());
+  ProxiedMembers members(cluster, proxy, 2);
+  std::vector<std::vector<uint8_t>> inputs = {RandomBytes(kBytes, 71),
+                                              RandomBytes(kBytes, 72)};
+  std::vector<std::vector<uint8_t>> outputs(2,
+                                            std::vector<uint8_t>(2 * kBytes));
+  std::vector<TransferStats> stats(2);
+  std::vector<absl::Status> status(2);
+  proxy.CutAfterUpstreamBytes(3 * kMiB);  // rank 0's upload, mid-way
+  RunRanks(2, [&](int r) {
+    const ConstHostTensor in{{"w", DType::kU8, {kBytes}}, inputs[r].data()};
+    const MutableHostTensor out{{"w", DType::kU8, {2, kBytes}},
+                                outputs[r].data()};
+    CollectiveOptions options;
+    options.stats = &stats[r];
+    status[r] = members.groups[r]->AllGatherInto({&in, 1}, {&out, 1}, options);
+  });
+  ASSERT_EQ(proxy.cuts(), 1);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
+    for (int src = 0; src < 2; ++src) {
+      EXPECT_EQ(std::memcmp(outputs[r].data() + src * kBytes,
+                            inputs[src].data(), kBytes),
+                0)
+          << "rank " << r << " part " << src;
+    }
+    EXPECT_EQ(stats[r].payload_bytes_received, kBytes) << "rank " << r;
+  }
+  EXPECT_GE(stats[0].streams, 2);
+  const int64_t upload_resent = stats[0].payload_bytes_sent - kBytes;
+  std::cout << "[ figures  ] TCP cut at 3 MiB of an 8 MiB upload: rank 0 sent "
+            << upload_resent << " bytes again ("
+            << 100.0 * upload_resent / kBytes << "% of its contribution)\n";
+  EXPECT_LT(upload_resent, kBytes);
+  // The group carries on in the same epoch.
+  std::vector<absl::Status> next(2);
+  RunRanks(2, [&](int r) { next[r] = GatherRanks(*members.groups[r]); });
+  EXPECT_TRUE(next[0].ok()) << next[0];
+  EXPECT_TRUE(next[1].ok()) << next[1];
 }
 
 TEST(ResumeTest, WithoutResumeABrokenStreamFailsTheRoundOnEveryRank) {

@@ -144,8 +144,13 @@ TlsFiles TestCluster::TlsFor(const std::string& name) const {
 }
 
 std::unique_ptr<Client> TestCluster::Connect(const std::string& name) const {
+  return ConnectVia(name, address());
+}
+
+std::unique_ptr<Client> TestCluster::ConnectVia(
+    const std::string& name, const std::string& address) const {
   ClientOptions options;
-  options.server_address = address();
+  options.server_address = address;
   options.tls = TlsFor(name);
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   EXPECT_TRUE(client.ok()) << client.status();

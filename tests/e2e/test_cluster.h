@@ -77,6 +77,9 @@ class TestCluster {
   // TlsFor reads DIR/<name>/{cert,key,ca}.pem.
   TlsFiles TlsFor(const std::string& name) const;
   std::unique_ptr<Client> Connect(const std::string& name) const;
+  // ConnectVia connects through `address` (a proxy to the server).
+  std::unique_ptr<Client> ConnectVia(const std::string& name,
+                                     const std::string& address) const;
 
  private:
   ClusterOptions options_;

@@ -66,6 +66,7 @@ class GroupStateTest : public ::testing::Test {
     limits.heartbeat_interval = absl::Seconds(1);
     limits.heartbeat_timeout = absl::Seconds(5);
     limits.max_chunk_bytes = 1024;
+    limits.resume_grace = resume_grace_;
     limits.events = &events_;
     group_ = std::make_unique<GroupState>(std::move(config), limits);
   }
@@ -116,6 +117,32 @@ class GroupStateTest : public ::testing::Test {
     callbacks.Run();
     return round;
   }
+
+  // Rejoin joins `identity` again at `rank`, resuming `epoch`, through a new
+  // session (which replaces its old one in Session()).
+  absl::Status Rejoin(const std::string& identity, uint32_t rank,
+                      uint64_t epoch, absl::Time now) {
+    sessions_[identity] = std::make_shared<FakeSession>();
+    v1::JoinRequest request;
+    request.set_group("demo");
+    request.set_world_size(3);
+    request.set_requested_rank(rank);
+    request.set_resume_epoch(epoch);
+    PendingCallbacks callbacks;
+    absl::Status status = group_->Join(identity, "ipv4:127.0.0.1:2", request,
+                                       Session(identity), now, &callbacks);
+    callbacks.Run();
+    return status;
+  }
+
+  void LoseSession(const std::string& identity, absl::Time now) {
+    PendingCallbacks callbacks;
+    group_->SessionLost(Session(identity).get(), "the connection reset", now,
+                        &callbacks);
+    callbacks.Run();
+  }
+
+  absl::Duration resume_grace_ = absl::ZeroDuration();  // set before MakeGroup
 
   void CheckTimers(absl::Time now) {
     PendingCallbacks callbacks;
@@ -253,7 +280,8 @@ TEST_F(GroupStateTest, LostWaitingSessionMayJoinAgain) {
   ASSERT_TRUE(Join("site-a").ok());
   {
     PendingCallbacks callbacks;
-    group_->SessionLost(Session("site-a").get(), "gone", &callbacks);
+    group_->SessionLost(Session("site-a").get(), "gone", absl::InfinitePast(),
+                        &callbacks);
     callbacks.Run();
   }
   EXPECT_THAT(Session("site-a")->closes, IsEmpty());
@@ -305,7 +333,7 @@ TEST_F(GroupStateTest, SessionLostEndsEpochAndFailsRounds) {
   {
     PendingCallbacks callbacks;
     group_->SessionLost(Session("site-b").get(), "the connection reset",
-                        &callbacks);
+                        absl::InfinitePast(), &callbacks);
     callbacks.Run();
   }
   const absl::Status expected = absl::UnavailableError(
@@ -328,10 +356,50 @@ TEST_F(GroupStateTest, SessionLostEndsEpochAndFailsRounds) {
   // A second report of the same loss changes nothing.
   {
     PendingCallbacks callbacks;
-    group_->SessionLost(Session("site-b").get(), "again", &callbacks);
+    group_->SessionLost(Session("site-b").get(), "again", absl::InfinitePast(),
+                        &callbacks);
     callbacks.Run();
   }
   EXPECT_EQ(Session("site-a")->closes.size(), 1u);
+}
+
+TEST_F(GroupStateTest, ALostSessionResumesItsRankWithinTheGrace) {
+  // Times stay within the others' 5 s heartbeat timeout.
+  resume_grace_ = absl::Seconds(3);
+  MakeGroup();
+  Form();
+  LoseSession("site-b", kT0 + absl::Seconds(1));
+  EXPECT_THAT(Session("site-a")->closes, IsEmpty());  // the epoch goes on
+  CheckTimers(kT0 + absl::Milliseconds(3500));
+  EXPECT_THAT(Session("site-a")->closes, IsEmpty());
+  // A resume that names an old epoch, or another identity's rank, is refused.
+  const absl::Time later = kT0 + absl::Milliseconds(3900);
+  EXPECT_EQ(Rejoin("site-b", 1, 7, later).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Rejoin("site-c", 1, 1, later).code(),
+            absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(Rejoin("site-b", 1, 1, later).ok());
+  ASSERT_EQ(Session("site-b")->joined.size(), 1u);
+  EXPECT_EQ(Session("site-b")->joined[0].epoch(), 1u);
+  EXPECT_EQ(Session("site-b")->joined[0].rank(), 1u);
+  // Past the old grace the epoch goes on, and rank 1 runs rounds in it.
+  CheckTimers(kT0 + absl::Milliseconds(4500));
+  EXPECT_THAT(Session("site-a")->closes, IsEmpty());
+  EXPECT_TRUE(Find("site-b", 1, 0, 1, kT0 + absl::Milliseconds(4500)).ok());
+}
+
+TEST_F(GroupStateTest, ALostSessionThatDoesNotResumeEndsTheEpoch) {
+  resume_grace_ = absl::Seconds(3);
+  MakeGroup();
+  Form();
+  LoseSession("site-b", kT0);
+  CheckTimers(kT0 + absl::Seconds(3));
+  const absl::Status expected = absl::UnavailableError(
+      "group 'demo' epoch 1: rank 1 (site-b) disconnected: the connection "
+      "reset, and did not resume within 3s");
+  EXPECT_THAT(Session("site-a")->closes, ElementsAre(expected));
+  EXPECT_EQ(Rejoin("site-b", 1, 1, kT0 + absl::Seconds(4)).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(GroupStateTest, FindRoundSharesOneRoundPerSeq) {

@@ -19,7 +19,7 @@ CollectiveCall::CollectiveCall(CollectiveSetup setup,
                                ReceiveTarget* target)
     : setup_(std::move(setup)), inputs_(inputs), target_(target) {}
 
-absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
+absl::Status CollectiveCall::Prepare() {
   v1::CollectiveFrame header_frame;
   v1::CollectiveHeader* header = header_frame.mutable_header();
   header->set_group(setup_.group);
@@ -81,10 +81,13 @@ absl::Status CollectiveCall::Start(grpc::GenericStub* stub) {
       std::memcpy(own, inputs_[i].data, static_cast<size_t>(input_bytes_[i]));
     }
   }
-  stub_ = stub;
   header_frame_ = std::move(header_frame);
-  StartAttempt(/*resume=*/false);
   return absl::OkStatus();
+}
+
+void CollectiveCall::Start(grpc::GenericStub* stub) {
+  stub_ = stub;
+  StartAttempt(/*resume=*/false);
 }
 
 void CollectiveCall::StartAttempt(bool resume) {

@@ -86,9 +86,11 @@ class CollectiveCall {
                  absl::Span<const ConstHostTensor> inputs,
                  ReceiveTarget* target);
 
-  // Start validates the inputs, copies this rank's part into the target and
-  // starts the RPC. An error means nothing was sent.
-  absl::Status Start(grpc::GenericStub* stub);
+  // Prepare validates the inputs and copies this rank's part into the
+  // target; nothing is sent. Start, after a successful Prepare, starts the
+  // RPC.
+  absl::Status Prepare();
+  void Start(grpc::GenericStub* stub);
 
   // Wait blocks until the call is done, at most `timeout` (then it cancels
   // the call and returns DEADLINE_EXCEEDED). Returns OK only when the commit

@@ -79,6 +79,17 @@ Group::~Group() {
   {
     absl::MutexLock lock(&mu_);
     leaving_ = true;
+  }
+  {
+    // Say so, so that the server ends the epoch at once rather than wait
+    // for this member to resume (best effort: the stream may be broken).
+    absl::MutexLock lock(&write_mu_);
+    v1::SessionRequest leave;
+    leave.mutable_leave();
+    if (session_ != nullptr) session_->Write(leave);
+  }
+  {
+    absl::MutexLock lock(&mu_);
     if (session_context_ != nullptr) session_context_->TryCancel();
   }
   leave_.Notify();
@@ -93,15 +104,18 @@ absl::StatusOr<v1::Joined> Group::OpenSession(const v1::JoinRequest& request,
                                               absl::Duration timeout,
                                               bool* server_final) {
   *server_final = false;
-  session_.reset();  // the old stream goes before its context
   grpc::ClientContext* context;
   {
-    absl::MutexLock lock(&mu_);
-    if (leaving_) return absl::CancelledError("this member left the group");
-    session_context_ = std::make_unique<grpc::ClientContext>();
-    context = session_context_.get();
+    absl::MutexLock write_lock(&write_mu_);
+    session_.reset();  // the old stream goes before its context
+    {
+      absl::MutexLock lock(&mu_);
+      if (leaving_) return absl::CancelledError("this member left the group");
+      session_context_ = std::make_unique<grpc::ClientContext>();
+      context = session_context_.get();
+    }
+    session_ = stub_->Session(context);
   }
-  session_ = stub_->Session(context);
   absl::Notification answered;
   bool timed_out = false;
   std::thread watchdog([&] {
@@ -113,7 +127,12 @@ absl::StatusOr<v1::Joined> Group::OpenSession(const v1::JoinRequest& request,
   v1::SessionRequest join;
   *join.mutable_join() = request;
   v1::SessionEvent event;
-  const bool got = session_->Write(join) && session_->Read(&event);
+  bool written;
+  {
+    absl::MutexLock write_lock(&write_mu_);
+    written = session_->Write(join);
+  }
+  const bool got = written && session_->Read(&event);
   answered.Notify();
   watchdog.join();
   if (got && event.kind_case() == v1::SessionEvent::kJoined) {
@@ -157,6 +176,7 @@ void Group::StartHeartbeats() {
     v1::SessionRequest heartbeat;
     heartbeat.mutable_heartbeat();
     while (!stop->WaitForNotificationWithTimeout(heartbeat_interval_)) {
+      absl::MutexLock write_lock(&write_mu_);
       if (!session_->Write(heartbeat)) break;
     }
   });
@@ -236,10 +256,6 @@ absl::Status Group::Run(CollectiveSetup setup,
                         absl::Span<const ConstHostTensor> inputs,
                         ReceiveTarget* target,
                         const CollectiveOptions& options) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (!session_status_.ok()) return session_status_;
-  }
   setup.group = name_;
   setup.epoch = epoch_;
   setup.seq = next_seq_;
@@ -250,7 +266,13 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.break_after_bytes_sent = options.break_after_bytes_sent;
   setup.break_after_frames_received = options.break_after_frames_received;
   CollectiveCall call(setup, inputs, target);
-  FG_RETURN_IF_ERROR(call.Start(&generic_stub_));
+  // Bad local input is reported as such, even when the group has ended.
+  FG_RETURN_IF_ERROR(call.Prepare());
+  {
+    absl::MutexLock lock(&mu_);
+    if (!session_status_.ok()) return session_status_;
+  }
+  call.Start(&generic_stub_);
   // The header is on its way: this seq is spent whatever the outcome.
   ++next_seq_;
   const absl::Status status = call.Wait(options.timeout);

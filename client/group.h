@@ -261,7 +261,8 @@ class Group {
 
   const absl::Duration resume_grace_;
   // The session stream now; replaced only by the session thread, while no
-  // heartbeat thread runs.
+  // heartbeat thread runs, under write_mu_, which every write holds.
+  absl::Mutex write_mu_;
   std::unique_ptr<
       grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>>
       session_;

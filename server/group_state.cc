@@ -246,7 +246,7 @@ void GroupState::MemberAlive(uint64_t epoch, int rank, absl::Time now) {
 
 void GroupState::SessionLost(const SessionStream* session,
                              absl::string_view why, absl::Time now,
-                             PendingCallbacks* callbacks) {
+                             PendingCallbacks* callbacks, bool left) {
   absl::MutexLock lock(&mu_);
   for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
     if (it->session_key != session) continue;
@@ -259,7 +259,7 @@ void GroupState::SessionLost(const SessionStream* session,
   }
   for (size_t r = 0; r < members_.size(); ++r) {
     if (members_[r].session_key != session) continue;
-    if (limits_.resume_grace > absl::ZeroDuration()) {
+    if (limits_.resume_grace > absl::ZeroDuration() && !left) {
       Member& member = members_[r];
       member.disconnected = true;
       member.disconnected_at = now;

@@ -96,9 +96,11 @@ class GroupState {
   // current epoch that ends the epoch, unless sessions are resumable
   // (GroupLimits::resume_grace): then the member may join again with
   // resume_epoch within the grace (CheckTimers ends the epoch after it). No
-  // effect for an unknown session.
+  // effect for an unknown session. `left`: the member left on purpose, so
+  // the epoch ends at once.
   void SessionLost(const SessionStream* session, absl::string_view why,
-                   absl::Time now, PendingCallbacks* callbacks);
+                   absl::Time now, PendingCallbacks* callbacks,
+                   bool left = false);
 
   // FindRound returns the round `header` names, creating it for a new seq,
   // and the caller's rank. Checks that the epoch is current, that `identity`

@@ -94,6 +94,10 @@ void SessionReactor::OnReadDone(bool ok) {
       Close(joined);
       return;
     }
+  } else if (request_.kind_case() == v1::SessionRequest::kLeave) {
+    Lost("it left the group", absl::CancelledError("this member left"),
+         /*left=*/true);
+    return;
   } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
     group_->Heartbeat(this, clock_());
   } else {
@@ -142,7 +146,8 @@ void SessionReactor::Close(const absl::Status& status) {
   Finish(ToGrpcStatus(status));
 }
 
-void SessionReactor::Lost(absl::string_view why, const absl::Status& finish) {
+void SessionReactor::Lost(absl::string_view why, const absl::Status& finish,
+                          bool left) {
   GroupState* group = nullptr;
   IdentityUsage::Lease group_lease;  // given back when this call returns
   {
@@ -154,7 +159,7 @@ void SessionReactor::Lost(absl::string_view why, const absl::Status& finish) {
   }
   if (group != nullptr) {
     PendingCallbacks callbacks;
-    group->SessionLost(this, why, clock_(), &callbacks);
+    group->SessionLost(this, why, clock_(), &callbacks, left);
   }
   Close(finish.ok() ? absl::CancelledError(absl::StrCat("session ended: ", why))
                     : finish);

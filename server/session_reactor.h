@@ -64,7 +64,9 @@ class SessionReactor
 
   // Lost reports, once, that the member is gone (`why`), then finishes the
   // stream with `finish`, or CANCELLED when that is OK.
-  void Lost(absl::string_view why, const absl::Status& finish = {});
+  // `left`: the member said Leave, so no resume is waited for.
+  void Lost(absl::string_view why, const absl::Status& finish = {},
+            bool left = false);
 
   GroupRegistry* const registry_;
   AccessControl* const access_;

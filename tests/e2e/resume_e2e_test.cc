@@ -221,6 +221,23 @@ TEST(ResumeTest, ACutConnectionMidTransferResumesSessionAndCollective) {
   EXPECT_TRUE(next[1].ok()) << next[1];
 }
 
+TEST(ResumeTest, AMemberThatLeavesEndsTheEpochWithoutAGrace) {
+  ClusterOptions options(2);
+  options.limits.resume_grace = absl::Minutes(10);
+  TestCluster cluster(options);
+  Members members(cluster);
+  members.groups[0].reset();  // leaves on purpose
+  // The epoch ends at once, not when the 10-minute grace has passed.
+  ASSERT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kGroupDissolved;
+      },
+      absl::Seconds(30)));
+  const absl::Status after = GatherRanks(*members.groups[1]);
+  EXPECT_EQ(after.code(), absl::StatusCode::kUnavailable) << after;
+  EXPECT_THAT(std::string(after.message()), HasSubstr("left the group"));
+}
+
 TEST(ResumeTest, WithoutResumeABrokenStreamFailsTheRoundOnEveryRank) {
   TestCluster cluster(3);  // the server does not keep broken streams
   Members members(cluster);

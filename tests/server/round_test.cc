@@ -854,6 +854,28 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
                                   absl::StrCat(kChunkBytes))));
 }
 
+TEST_F(RoundTest, DeliveredFramesStayForResumesUntilEveryCommitIsSent) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  // Rank 1, their only receiver, writes rank 0's header and chunk: they
+  // leave the limit's count but stay in the tail.
+  const int64_t held = round->BufferedBytes();
+  Pump(*round, 1, &received_[1]);
+  EXPECT_EQ(round->TailBytes(), held - round->BufferedBytes());
+  EXPECT_GT(round->TailBytes(), kChunkBytes);
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  EXPECT_TRUE(Offer(*round, 1, 0));
+  EXPECT_TRUE(Offer(*round, 1, 1));
+  End(*round, 0);
+  End(*round, 1);
+  PumpAll(*round);
+  ASSERT_TRUE(received_[0].committed && received_[1].committed);
+  EXPECT_EQ(round->TailBytes(), 0);  // nobody can resume any more
+}
+
 TEST_F(RoundTest, ResumeBeforeTheOldStreamIsGoneIsRetried) {
   resume_grace_ = absl::Seconds(10);
   std::unique_ptr<Round> round = MakeRound(2);

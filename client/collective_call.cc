@@ -176,8 +176,15 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
 }
 
 void CollectiveCall::Attempt::OnWriteDone(bool ok) {
-  // A failed write means the stream is over; OnDone brings the status.
-  if (!ok) return;
+  // A failed write loses data the server may never get. The stream can
+  // still read on (seen when gRPC retried the call on a new connection after
+  // a transport closed under it), so end it: OnDone then brings a status
+  // that is not final, and the call resumes on a new stream.
+  if (!ok) {
+    write_failed_ = true;
+    Cancel();
+    return;
+  }
   if (resume_) {
     absl::MutexLock lock(&mu_);
     if (!header_written_) {
@@ -194,7 +201,11 @@ void CollectiveCall::Attempt::OnReadDone(bool ok) {
 }
 
 void CollectiveCall::Attempt::OnDone(const grpc::Status& final_status) {
-  status = final_status;
+  status = write_failed_ && final_status.error_code() == grpc::CANCELLED
+               ? grpc::Status(grpc::UNAVAILABLE,
+                              "the collective stream to the server broke: a "
+                              "write failed")
+               : final_status;
   const auto& trailers = context_.GetServerTrailingMetadata();
   auto it = trailers.find(kFinalStatusKey);
   server_final = it != trailers.end() && it->second != kFinalStatusRetry;

@@ -19,6 +19,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/client_callback.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -128,8 +129,9 @@ class CollectiveCall {
     CollectiveCall* const call_;
     const bool resume_;
     grpc::ClientContext context_;
-    grpc::ByteBuffer write_buffer_;  // one write in flight
-    grpc::ByteBuffer read_buffer_;   // one read in flight
+    grpc::ByteBuffer write_buffer_;          // one write in flight
+    grpc::ByteBuffer read_buffer_;           // one read in flight
+    std::atomic<bool> write_failed_{false};  // Cancel came from a failed write
     // A resumed stream writes nothing after its header until the server's
     // Resumed frame has set the upload position.
     absl::Mutex mu_;

@@ -83,10 +83,16 @@ Group::~Group() {
   {
     // Say so, so that the server ends the epoch at once rather than wait
     // for this member to resume (best effort: the stream may be broken).
-    absl::MutexLock lock(&write_mu_);
-    v1::SessionRequest leave;
-    leave.mutable_leave();
-    if (session_ != nullptr) session_->Write(leave);
+    bool said = false;
+    {
+      absl::MutexLock lock(&write_mu_);
+      v1::SessionRequest leave;
+      leave.mutable_leave();
+      said = session_ != nullptr && session_->Write(leave);
+    }
+    // A cancel could overtake the message on the wire: give the server a
+    // moment to end the session on it first.
+    if (said) session_over_.WaitForNotificationWithTimeout(absl::Seconds(2));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -166,7 +172,10 @@ absl::Status Group::Join(const v1::JoinRequest& request,
     identities_.push_back(member.identity());
   }
   StartHeartbeats();
-  session_thread_ = std::thread([this] { RunSession(); });
+  session_thread_ = std::thread([this] {
+    RunSession();
+    session_over_.Notify();
+  });
   return absl::OkStatus();
 }
 
@@ -177,7 +186,13 @@ void Group::StartHeartbeats() {
     heartbeat.mutable_heartbeat();
     while (!stop->WaitForNotificationWithTimeout(heartbeat_interval_)) {
       absl::MutexLock write_lock(&write_mu_);
-      if (!session_->Write(heartbeat)) break;
+      if (!session_->Write(heartbeat)) {
+        // The stream is broken even if it still reads: end it, so that
+        // RunSession resumes it before the server misses our heartbeats.
+        absl::MutexLock lock(&mu_);
+        session_context_->TryCancel();
+        break;
+      }
     }
   });
 }

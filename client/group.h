@@ -266,8 +266,9 @@ class Group {
   std::unique_ptr<
       grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>>
       session_;
-  std::thread session_thread_;    // reads until the session ends
-  std::thread heartbeat_thread_;  // one per session stream
+  std::thread session_thread_;       // reads until the session ends
+  absl::Notification session_over_;  // the session thread is done
+  std::thread heartbeat_thread_;     // one per session stream
   std::unique_ptr<absl::Notification> stop_heartbeats_;
   absl::Notification leave_;  // wakes a resume's backoff
 

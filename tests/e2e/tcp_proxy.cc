@@ -93,7 +93,8 @@ void TcpProxy::Pump(Link link) {
       }
       const int to = side == 0 ? link.server : link.client;
       for (ssize_t sent = 0; sent < n;) {
-        const ssize_t w = write(to, buffer + sent, n - sent);
+        // MSG_NOSIGNAL: a peer closed by a cut must not raise SIGPIPE.
+        const ssize_t w = send(to, buffer + sent, n - sent, MSG_NOSIGNAL);
         if (w <= 0) {
           closed = true;
           break;

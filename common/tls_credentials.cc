@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file_io.h"
+#include "common/peer_identity.h"
+#include "common/plaintext_credentials.h"
 #include "common/status_macros.h"
 
 namespace fedgather {
@@ -28,6 +30,9 @@ absl::StatusOr<TlsFiles> ReadTlsDir(const std::string& dir) {
 
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     const TlsFiles& files) {
+  if (files.insecure_plaintext_for_benchmarks) {
+    return MakePlaintextServerCredentials();
+  }
   grpc::SslServerCredentialsOptions options(
       GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
   options.pem_root_certs = files.ca_pem;
@@ -37,6 +42,10 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
 
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
     const TlsFiles& files) {
+  if (files.insecure_plaintext_for_benchmarks) {
+    return MakePlaintextChannelCredentials(
+        IdentityFromCertificatePem(files.cert_pem).value_or(""));
+  }
   grpc::SslCredentialsOptions options;
   options.pem_root_certs = files.ca_pem;
   options.pem_private_key = files.key_pem;

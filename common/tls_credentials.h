@@ -18,6 +18,11 @@ struct TlsFiles {
   std::string cert_pem;  // this end's certificate
   std::string key_pem;   // its private key
   std::string ca_pem;    // the CA that must have signed the peer
+  // Benchmarks only: no TLS at all (common/plaintext_credentials.h). The
+  // server then takes each caller's identity from a request header; a
+  // client sends the identity its cert_pem names. Off unless set
+  // explicitly (fedgather-server --insecure-plaintext-for-benchmarks).
+  bool insecure_plaintext_for_benchmarks = false;
 };
 
 // ReadTlsFiles loads the three PEM files; the error names the missing file.
@@ -35,11 +40,14 @@ absl::StatusOr<TlsFiles> ReadTlsDir(const std::string& dir);
 // status naming why, and an audit record, instead of a bare handshake
 // failure. The handshake still proves the client holds the certificate's
 // private key. TLS 1.2 is the minimum (gRPC's default, checked in
-// tests/e2e/tls_config_test.cc).
+// tests/e2e/tls_config_test.cc). With
+// files.insecure_plaintext_for_benchmarks: MakePlaintextServerCredentials.
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     const TlsFiles& files);
 
 // MakeChannelCredentials presents `files.cert_pem` and verifies the server.
+// With files.insecure_plaintext_for_benchmarks: MakePlaintextChannelCredentials
+// with the identity files.cert_pem names (empty when it names none).
 std::shared_ptr<grpc::ChannelCredentials> MakeChannelCredentials(
     const TlsFiles& files);
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
+#include "common/plaintext_credentials.h"
 #include "common/status_macros.h"
 
 namespace fedgather::server {
@@ -17,6 +18,32 @@ std::string Property(const grpc::AuthContext* auth, const char* name) {
   std::vector<grpc::string_ref> values = auth->FindPropertyValues(name);
   if (values.empty()) return "";
   return std::string(values.front().data(), values.front().size());
+}
+
+// PlaintextCaller is Authenticate on a plaintext connection.
+absl::StatusOr<Caller> PlaintextCaller(const grpc::AuthContext* auth,
+                                       const std::string& peer) {
+  std::vector<grpc::string_ref> values =
+      auth->FindPropertyValues(kPlaintextIdentityProperty);
+  if (values.empty()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("a plaintext call must name its identity in the ",
+                     kPlaintextIdentityHeader, " header"));
+  }
+  std::string identity(values.front().data(), values.front().size());
+  const bool control = std::any_of(
+      identity.begin(), identity.end(),
+      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (identity.empty() || control) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("the ", kPlaintextIdentityHeader,
+                     " header is empty or holds a control character"));
+  }
+  Caller caller;
+  caller.identity = std::move(identity);
+  caller.peer = peer;
+  caller.plaintext = true;
+  return caller;
 }
 
 }  // namespace
@@ -148,7 +175,7 @@ void AccessControl::RecheckWith(const ClientCertVerifier& verifier,
     for (auto it = watched_.begin(); it != watched_.end();) {
       std::shared_ptr<RevocableSession> session = it->session.lock();
       absl::Status still = absl::OkStatus();
-      if (session != nullptr) {
+      if (session != nullptr && !it->caller.plaintext) {
         still = verifier.Verify(it->caller.cert_pem, it->caller.chain_pem, now)
                     .status();
       }
@@ -178,6 +205,19 @@ void AccessControl::RecheckWith(const ClientCertVerifier& verifier,
 absl::StatusOr<Caller> AccessControl::Authenticate(
     const grpc::AuthContext* auth, const std::string& peer,
     absl::string_view rpc) {
+  if (Property(auth, GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME) ==
+      "insecure") {
+    absl::StatusOr<Caller> caller = PlaintextCaller(auth, peer);
+    if (caller.ok()) return caller;
+    ServerEvent denied;
+    denied.kind = EventKind::kAccessDenied;
+    denied.action = "authenticate";
+    denied.peer = peer;
+    denied.details = {{"rpc", std::string(rpc)}, {"transport", "plaintext"}};
+    denied.status = caller.status();
+    Report(std::move(denied));
+    return caller.status();
+  }
   const std::string cert = Property(auth, GRPC_X509_PEM_CERT_PROPERTY_NAME);
   const std::string chain =
       Property(auth, GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME);

@@ -39,6 +39,10 @@ struct Caller {
   std::string peer;
   std::string cert_pem;   // the certificate it presented, and any chain,
   std::string chain_pem;  // which a reload verifies again
+  // Admitted over plaintext (fedgather-server
+  // --insecure-plaintext-for-benchmarks): the identity is the one its
+  // request header claims; there is no certificate to verify again.
+  bool plaintext = false;
 };
 
 // A live session whose certificate each reload verifies again.
@@ -98,7 +102,12 @@ class AccessControl {
   // Authenticate verifies the client certificate of `auth` (which may be
   // null) at the current time. UNAUTHENTICATED with the reason (no
   // certificate, another CA, expired, not yet valid, revoked, not for client
-  // auth). `rpc` names the entry point for the event.
+  // auth). `rpc` names the entry point for the event. On a plaintext
+  // connection (transport security type "insecure", which only a server
+  // started with --insecure-plaintext-for-benchmarks accepts) the identity
+  // is the one the caller's header claims (common/plaintext_credentials.h),
+  // unverified; UNAUTHENTICATED when it sent none, an empty one or one with
+  // a control character.
   absl::StatusOr<Caller> Authenticate(const grpc::AuthContext* auth,
                                       const std::string& peer,
                                       absl::string_view rpc);

@@ -1,5 +1,7 @@
 // fedgather-server: relays all_gather rounds between the members of its
 // groups over mutual TLS. See README.md and docs/protocol.md.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -65,6 +67,26 @@ absl::StatusOr<fedgather::server::AuditFsync> ParseFsync(
 
 absl::Duration Seconds(double s) { return absl::Milliseconds(s * 1000.0); }
 
+// IsLoopbackListen says whether HOST:PORT `listen` binds only the loopback
+// interface: 127.0.0.0/8, [::1] or localhost.
+bool IsLoopbackListen(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return false;
+  const std::string host = listen.substr(0, colon);
+  if (host == "localhost" || host == "[::1]") return true;
+  in_addr ipv4;
+  return inet_pton(AF_INET, host.c_str(), &ipv4) == 1 &&
+         (ntohl(ipv4.s_addr) >> 24) == 127;
+}
+
+constexpr char kPlaintextWarning[] =
+    "****************************************************************\n"
+    "* fedgather-server: --insecure-plaintext-for-benchmarks         *\n"
+    "* NO TLS: every byte is sent in the clear, and each caller's    *\n"
+    "* identity is TRUSTED from its fedgather-plaintext-identity     *\n"
+    "* header, unverified. For benchmarks on loopback only.          *\n"
+    "****************************************************************\n";
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -81,6 +103,7 @@ int main(int argc, char** argv) {
   int64_t max_buffered_mib = 256;
   double resume_grace = 10;
   int64_t resume_window_mib = 32;
+  bool insecure_plaintext = false;
   app.add_option("--listen", listen,
                  "HOST:PORT to listen on (port 0 picks one)")
       ->capture_default_str();
@@ -136,6 +159,11 @@ int main(int argc, char** argv) {
                  "MiB of delivered frames a round keeps for resumed downloads")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--insecure-plaintext-for-benchmarks", insecure_plaintext,
+               "benchmarks only: no TLS, and callers' identities are taken "
+               "unverified from a request header; --listen must be a "
+               "loopback address (the TLS files are still read: the key "
+               "signs the audit log)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -152,6 +180,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.tls = *std::move(tls);
+  if (insecure_plaintext) {
+    if (!IsLoopbackListen(listen)) {
+      std::cerr << "fedgather-server: --insecure-plaintext-for-benchmarks "
+                   "needs a loopback --listen address (127.0.0.1:PORT, "
+                   "[::1]:PORT or localhost:PORT), not "
+                << listen << std::endl;
+      return 2;
+    }
+    std::cerr << kPlaintextWarning << std::flush;
+    options.tls.insecure_plaintext_for_benchmarks = true;
+  }
   options.policy_path = policy;
   options.certificate_recheck_period = Seconds(cert_recheck);
   options.crl_path = crl;
@@ -208,7 +247,7 @@ int main(int argc, char** argv) {
     }
   }
   std::cerr << "fedgather-server: listening on port " << (*server)->port()
-            << std::endl;
+            << (insecure_plaintext ? " (PLAINTEXT, no TLS)" : "") << std::endl;
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
     absl::Status reloaded = (*server)->ReloadPolicy("SIGHUP");

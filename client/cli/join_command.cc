@@ -175,6 +175,8 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   ClientOptions client_options;
   client_options.server_address = options.server;
   FG_ASSIGN_OR_RETURN(client_options.tls, ReadTlsDir(options.tls_dir));
+  client_options.tls.insecure_plaintext_for_benchmarks =
+      options.insecure_plaintext_for_benchmarks;
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
                       Client::Connect(client_options));
   JoinOptions join;

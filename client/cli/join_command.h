@@ -14,6 +14,9 @@ namespace fedgather::cli {
 struct JoinCommandOptions {
   std::string server;   // HOST:PORT
   std::string tls_dir;  // cert.pem, key.pem, ca.pem
+  // Benchmarks only: no TLS; the server trusts the identity cert.pem names
+  // (TlsFiles::insecure_plaintext_for_benchmarks).
+  bool insecure_plaintext_for_benchmarks = false;
   std::string group;
   int world_size = 0;
   std::optional<int> rank;

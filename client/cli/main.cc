@@ -94,6 +94,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   join_cmd->add_option("--root", join.root, "broadcast: the sending rank")
       ->capture_default_str();
+  join_cmd->add_flag(
+      "--insecure-plaintext-for-benchmarks",
+      join.insecure_plaintext_for_benchmarks,
+      "benchmarks only: connect without TLS to a server started with the "
+      "same flag (it trusts the identity --tls-dir/cert.pem names)");
 
   fedgather::cli::AuditVerifyCommandOptions audit_verify;
   CLI::App* audit_verify_cmd =

@@ -111,37 +111,9 @@ absl::Status CheckOptions(const ProvisionOptions& options) {
   return absl::OkStatus();
 }
 
-// MakeDir creates `path` with mode kDirMode (regardless of the umask) unless
-// it is already a directory.
-absl::Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), kDirMode) == 0) {
-    if (::chmod(path.c_str(), kDirMode) != 0) {
-      return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
-    }
-    return absl::OkStatus();
-  }
-  const int error = errno;
-  struct stat st;
-  if (error == EEXIST && ::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return ErrnoToStatus(ENOTDIR, absl::StrCat("mkdir ", path));
-  }
-  return ErrnoToStatus(error, absl::StrCat("mkdir ", path));
-}
-
-// MakeDirs is MakeDir for `path` and each missing parent.
-absl::Status MakeDirs(const std::string& path) {
-  for (size_t slash = path.find('/', 1); slash != std::string::npos;
-       slash = path.find('/', slash + 1)) {
-    if (path[slash - 1] == '/') continue;  // "a//b"
-    FG_RETURN_IF_ERROR(MakeDir(path.substr(0, slash)));
-  }
-  return MakeDir(path);
-}
-
 absl::Status WriteIdentity(const std::string& dir, const KeyAndCert& pair,
                            const std::string& ca_pem) {
-  FG_RETURN_IF_ERROR(MakeDir(dir));
+  FG_RETURN_IF_ERROR(MakeDirectory(dir, kDirMode));
   FG_RETURN_IF_ERROR(
       WriteStringToFile(dir + "/key.pem", pair.key_pem, kKeyMode));
   FG_RETURN_IF_ERROR(WriteStringToFile(dir + "/cert.pem", pair.cert_pem));
@@ -198,7 +170,7 @@ absl::Status Provision(const ProvisionOptions& options) {
   FG_RETURN_IF_ERROR(CheckOptions(options));
   const std::string policy_yaml = PolicyYaml(options);
   const std::string& dir = options.out_dir;
-  FG_RETURN_IF_ERROR(MakeDirs(dir));
+  FG_RETURN_IF_ERROR(MakeDirectories(dir, kDirMode));
 
   // Taken before the CA is made, so that every leaf expires no later than
   // the CA, whose own clock reading comes after this one.

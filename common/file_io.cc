@@ -35,6 +35,34 @@ absl::Status ErrnoToStatus(int error_number, absl::string_view what) {
   }
 }
 
+absl::Status MakeDirectory(const std::string& path, int mode) {
+  if (::mkdir(path.c_str(), mode) == 0) {
+    if (::chmod(path.c_str(), mode) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("chmod ", path));
+    }
+    return absl::OkStatus();
+  }
+  const int error = errno;
+  struct stat st;
+  if (error == EEXIST && ::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
+    return ErrnoToStatus(ENOTDIR, absl::StrCat("mkdir ", path));
+  }
+  return ErrnoToStatus(error, absl::StrCat("mkdir ", path));
+}
+
+absl::Status MakeDirectories(const std::string& path, int mode) {
+  for (size_t slash = path.find('/', 1); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
+    if (path[slash - 1] == '/') continue;  // "a//b"
+    if (absl::Status made = MakeDirectory(path.substr(0, slash), mode);
+        !made.ok()) {
+      return made;
+    }
+  }
+  return MakeDirectory(path, mode);
+}
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("open ", path));

@@ -27,6 +27,13 @@ absl::Status WritePiecesToFile(const std::string& path,
                                absl::Span<const absl::string_view> pieces,
                                int mode = 0644);
 
+// MakeDirectory creates `path` with `mode` (regardless of the umask) unless
+// it is already a directory, whose mode it leaves alone.
+absl::Status MakeDirectory(const std::string& path, int mode);
+
+// MakeDirectories is MakeDirectory for `path` and each missing parent.
+absl::Status MakeDirectories(const std::string& path, int mode);
+
 // ErrnoToStatus maps an errno value to a status naming `what`.
 absl::Status ErrnoToStatus(int error_number, absl::string_view what);
 

@@ -4,7 +4,6 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpcpp/create_channel.h>
-#include <grpcpp/support/client_interceptor.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -120,8 +119,7 @@ class PlaintextChannelCredentials final : public grpc::ChannelCredentials {
       std::vector<std::unique_ptr<
           grpc::experimental::ClientInterceptorFactoryInterface>>
           creators) override {
-    creators.insert(creators.begin(),
-                    std::make_unique<IdentityHeaderFactory>(identity_));
+    creators.insert(creators.begin(), MakeIdentityHeaderInterceptor(identity_));
     return grpc::experimental::CreateCustomChannelWithInterceptors(
         target, grpc::InsecureChannelCredentials(), args, std::move(creators));
   }
@@ -139,6 +137,11 @@ std::shared_ptr<grpc::ServerCredentials> MakePlaintextServerCredentials() {
 std::shared_ptr<grpc::ChannelCredentials> MakePlaintextChannelCredentials(
     std::string identity) {
   return std::make_shared<PlaintextChannelCredentials>(std::move(identity));
+}
+
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+MakeIdentityHeaderInterceptor(std::string identity) {
+  return std::make_unique<IdentityHeaderFactory>(std::move(identity));
 }
 
 }  // namespace fedgather

@@ -16,6 +16,7 @@
 
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/support/client_interceptor.h>
 
 #include <memory>
 #include <string>
@@ -34,9 +35,16 @@ inline constexpr char kPlaintextIdentityProperty[] =
 std::shared_ptr<grpc::ServerCredentials> MakePlaintextServerCredentials();
 
 // MakePlaintextChannelCredentials connects without TLS and sends `identity`
-// in kPlaintextIdentityHeader on every call of channels made with them.
+// in kPlaintextIdentityHeader on every call of channels made with them
+// (through MakeIdentityHeaderInterceptor).
 std::shared_ptr<grpc::ChannelCredentials> MakePlaintextChannelCredentials(
     std::string identity);
+
+// MakeIdentityHeaderInterceptor returns a client interceptor factory that
+// adds kPlaintextIdentityHeader: `identity` to every call of a channel. A
+// TLS server ignores the header (tests check that it does).
+std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
+MakeIdentityHeaderInterceptor(std::string identity);
 
 }  // namespace fedgather
 

@@ -44,6 +44,8 @@ std::string ActionOf(const ServerEvent& event) {
       return "resume";
     case EventKind::kEquivocation:
       return "equivocation";
+    case EventKind::kGroupRestored:
+      return "restore";
   }
   return EventKindName(event.kind);
 }

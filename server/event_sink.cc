@@ -42,6 +42,8 @@ const char* EventKindName(EventKind kind) {
       return "stream_resumed";
     case EventKind::kEquivocation:
       return "equivocation";
+    case EventKind::kGroupRestored:
+      return "group_restored";
   }
   return "unknown";
 }

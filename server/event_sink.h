@@ -40,6 +40,8 @@ enum class EventKind {
   kStreamResumed,         // a rank resumed its broken collective stream;
                           // details: upload and download positions, resent
   kEquivocation,          // a rank sent different data under one round key
+  kGroupRestored,         // a restart restored the group's epoch from its
+                          // state directory; details: rounds, journal bytes
 };
 
 const char* EventKindName(EventKind kind);

@@ -54,6 +54,10 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   access.events = o.limits.events;
   access.clock = o.clock;
   FG_ASSIGN_OR_RETURN(server->access_, AccessControl::Create(access));
+  {
+    PendingCallbacks restored;  // events of the restore, after the lock
+    FG_RETURN_IF_ERROR(server->registry_->RestoreState(o.clock(), &restored));
+  }
   server->service_ = std::make_unique<RendezvousService>(
       server->registry_.get(), server->access_.get(), o.limits.max_chunk_bytes,
       o.clock);

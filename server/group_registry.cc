@@ -1,5 +1,8 @@
 #include "server/group_registry.h"
 
+#include "absl/strings/str_cat.h"
+#include "server/group_journal.h"
+
 namespace fedgather::server {
 
 GroupRegistry::GroupRegistry(const GroupLimits& limits) : limits_(limits) {}
@@ -12,7 +15,18 @@ void GroupRegistry::ApplyPolicy(const std::vector<GroupConfig>& groups,
     listed.insert(config.name);
     auto it = groups_.find(config.name);
     if (it == groups_.end()) {
-      groups_[config.name] = std::make_unique<GroupState>(config, limits_);
+      auto group = std::make_unique<GroupState>(config, limits_);
+      if (restored_) {
+        if (absl::Status restored = group->Restore(absl::Now(), callbacks);
+            !restored.ok()) {
+          ServerEvent failed;
+          failed.kind = EventKind::kGroupRestored;
+          failed.group = config.name;
+          failed.status = restored;
+          DeferEvent(limits_.events, std::move(failed), callbacks);
+        }
+      }
+      groups_[config.name] = std::move(group);
     } else {
       it->second->Reconfigure(config, callbacks);
     }
@@ -24,6 +38,26 @@ void GroupRegistry::ApplyPolicy(const std::vector<GroupConfig>& groups,
     groups_[name]->Reconfigure(retired.config, callbacks);
   }
   active_ = std::move(listed);
+}
+
+absl::Status GroupRegistry::RestoreState(absl::Time now,
+                                         PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  restored_ = true;
+  if (limits_.state_dir.empty()) return absl::OkStatus();
+  for (auto& [name, group] : groups_) {
+    if (absl::Status restored = group->Restore(now, callbacks);
+        !restored.ok()) {
+      return absl::Status(
+          restored.code(),
+          absl::StrCat("cannot restore group '", name, "' from ",
+                       limits_.state_dir, ": ", restored.message()));
+    }
+  }
+  std::set<std::string> kept;
+  for (const auto& [name, group] : groups_) kept.insert(name);
+  DropGroupStatesExcept(limits_.state_dir, kept);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<GroupState*> GroupRegistry::Find(

@@ -38,6 +38,15 @@ class GroupRegistry {
   absl::StatusOr<GroupState*> Find(const std::string& name,
                                    const std::string& identity) const;
 
+  // RestoreState brings back, once at startup, what the groups the policy
+  // lists left in limits.state_dir (GroupState::Restore), and removes the
+  // state of groups it no longer lists. Groups a later reload adds are
+  // restored as they are created; if that fails, the group runs without
+  // durable state and a kGroupRestored event carries the error. Errors:
+  // the first group's that could not be restored (the server should not
+  // start). Nothing to do without a state_dir.
+  absl::Status RestoreState(absl::Time now, PendingCallbacks* callbacks);
+
   // events is where refusals are reported; may be null.
   EventSink* events() const { return limits_.events; }
 
@@ -50,6 +59,7 @@ class GroupRegistry {
   std::map<std::string, std::unique_ptr<GroupState>> groups_
       ABSL_GUARDED_BY(mu_);
   std::set<std::string> active_ ABSL_GUARDED_BY(mu_);  // in the policy
+  bool restored_ ABSL_GUARDED_BY(mu_) = false;         // RestoreState ran
 };
 
 }  // namespace fedgather::server

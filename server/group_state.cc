@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/round_restore.h"
 
 namespace fedgather::server {
 namespace {
@@ -18,6 +19,75 @@ constexpr size_t kKeptCompletedRounds = 4;
 
 GroupState::GroupState(GroupConfig config, const GroupLimits& limits)
     : name_(config.name), limits_(limits), config_(std::move(config)) {}
+
+absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (limits_.state_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<GroupJournal>> opened =
+      GroupJournal::Open(limits_.state_dir, name_);
+  if (!opened.ok()) return opened.status();
+  journal_ = *std::move(opened);
+  absl::StatusOr<GroupJournal::Saved> saved = journal_->Load();
+  if (!saved.ok()) return saved.status();
+  epoch_ = saved->epoch;
+  if (!saved->formed) return absl::OkStatus();
+  formed_ = true;
+  for (size_t r = 0; r < saved->identities.size(); ++r) {
+    Member member;
+    member.identity = saved->identities[r];
+    member.last_heartbeat = now;
+    member.next_seq = saved->next_seq[r];
+    member.disconnected = true;
+    member.disconnected_at = now;
+    member.lost_why = "the server restarted";
+    members_.push_back(std::move(member));
+  }
+  const bool same_members =
+      static_cast<int>(members_.size()) == config_.world_size &&
+      std::all_of(members_.begin(), members_.end(), [&](const Member& m) {
+        return std::find(config_.members.begin(), config_.members.end(),
+                         m.identity) != config_.members.end();
+      });
+  if (!same_members) {
+    EndEpochLocked(absl::AbortedError(absl::StrCat(
+                       Describe(),
+                       " was not restored: the policy changed its members "
+                       "while the server was down; join again")),
+                   nullptr, callbacks);
+    return absl::OkStatus();
+  }
+  outcomes_ = saved->outcomes;
+  int64_t journal_bytes = 0;
+  for (const auto& [seq, path] : saved->rounds) {
+    if (auto it = outcomes_.find(seq);
+        it != outcomes_.end() && !it->second.ok()) {
+      journal_->DiscardRound(seq);  // it failed before the restart
+      continue;
+    }
+    absl::StatusOr<RestoredRound> restored =
+        RestoreRound(RoundOptionsLocked(seq, now), path, now);
+    if (!restored.ok()) return restored.status();
+    journal_bytes += restored->journal_bytes;
+    for (int r : restored->round->GetProgress().started) {
+      members_[r].next_seq = std::max(members_[r].next_seq, seq + 1);
+    }
+    if (restored->round->Complete()) {
+      completed_[seq] = restored->round;
+    } else {
+      rounds_[seq] = restored->round;
+    }
+  }
+  ServerEvent event;
+  event.kind = EventKind::kGroupRestored;
+  event.group = name_;
+  event.epoch = epoch_;
+  event.bytes = journal_bytes;
+  event.details = {{"rounds_in_flight", absl::StrCat(rounds_.size())},
+                   {"rounds_completed", absl::StrCat(completed_.size())},
+                   {"state_dir", journal_->directory()}};
+  DeferEvent(limits_.events, std::move(event), callbacks);
+  return absl::OkStatus();
+}
 
 std::string GroupState::Describe() const {
   return absl::StrCat("group '", name_, "' epoch ", epoch_);
@@ -189,6 +259,15 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
         Member{w->identity, w->peer, w->session, w->session_key, now, 0});
   }
   waiting_.clear();
+  if (journal_ != nullptr) {
+    std::vector<std::string> identities;
+    for (const Member& m : members_) identities.push_back(m.identity);
+    if (absl::Status written = journal_->Formed(epoch_, identities);
+        !written.ok()) {
+      EndEpochLocked(StateErrorLocked(written), nullptr, callbacks);
+      return;
+    }
+  }
 
   for (int r = 0; r < world; ++r) {
     const v1::Joined joined = JoinedLocked(r);
@@ -214,6 +293,11 @@ void GroupState::EndEpochLocked(absl::Status status,
   formed_ = false;
   closing_ = absl::OkStatus();
   ended_status_ = status;
+  if (journal_ != nullptr) {
+    // Best effort: if it fails, a restart restores the epoch, whose members
+    // are gone, and it ends again when their resume grace passes.
+    journal_->Ended(epoch_).IgnoreError();
+  }
   for (auto& [seq, round] : rounds_) round->Fail(status, callbacks);
   rounds_.clear();
   outcomes_.clear();
@@ -338,6 +422,14 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
   }
   ++member.next_seq;
   const uint64_t seq = header.seq();
+  if (journal_ != nullptr) {
+    if (absl::Status written = journal_->Started(header.rank(), seq);
+        !written.ok()) {
+      const absl::Status failed = StateErrorLocked(written);
+      EndEpochLocked(failed, nullptr, callbacks);
+      return failed;
+    }
+  }
   if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
   if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
     if (!it->second.ok()) return it->second;
@@ -350,6 +442,37 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
         seq + 1));
   }
   if (!closing_.ok()) return closing_;
+  absl::StatusOr<std::shared_ptr<Round>> round = NewRoundLocked(seq, now);
+  if (!round.ok()) {
+    const absl::Status failed = StateErrorLocked(round.status());
+    EndEpochLocked(failed, nullptr, callbacks);
+    return failed;
+  }
+  rounds_[seq] = *round;
+  return *round;
+}
+
+absl::Status GroupState::StateErrorLocked(const absl::Status& error) const {
+  return absl::UnavailableError(absl::StrCat(
+      Describe(),
+      " ended: the server could not write its state: ", error.message()));
+}
+
+absl::StatusOr<std::shared_ptr<Round>> GroupState::NewRoundLocked(
+    uint64_t seq, absl::Time now) {
+  std::unique_ptr<JournalFile> journal;
+  if (journal_ != nullptr) {
+    absl::StatusOr<std::unique_ptr<JournalFile>> created =
+        journal_->CreateRoundJournal(seq);
+    if (!created.ok()) return created.status();
+    journal = *std::move(created);
+  }
+  return std::make_shared<Round>(RoundOptionsLocked(seq, now),
+                                 std::move(journal));
+}
+
+RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {
+  const int world = static_cast<int>(members_.size());
   RoundOptions options;
   options.group = name_;
   options.epoch = epoch_;
@@ -377,9 +500,7 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
                                       const absl::Status& outcome) {
     RoundFinished(epoch, seq, outcome);
   };
-  auto round = std::make_shared<Round>(std::move(options));
-  rounds_[seq] = round;
-  return round;
+  return options;
 }
 
 void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
@@ -391,10 +512,18 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
     if (outcome.ok() && limits_.resume_grace > absl::ZeroDuration()) {
       completed_[seq] = it->second;
       while (completed_.size() > kKeptCompletedRounds) {
+        if (journal_ != nullptr)
+          journal_->DiscardRound(completed_.begin()->first);
         completed_.erase(completed_.begin());
       }
+    } else if (journal_ != nullptr) {
+      journal_->DiscardRound(seq);
     }
     rounds_.erase(it);
+  }
+  if (journal_ != nullptr) {
+    // Best effort: a restart without it only answers a late rank less well.
+    journal_->Finished(seq, outcome).IgnoreError();
   }
   outcomes_[seq] = outcome;
   while (outcomes_.size() > kKeptOutcomes) outcomes_.erase(outcomes_.begin());

@@ -30,6 +30,7 @@
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/event_sink.h"
 #include "server/group_config.h"
+#include "server/group_journal.h"
 #include "server/pending_callbacks.h"
 #include "server/round.h"
 
@@ -57,6 +58,10 @@ struct GroupLimits {
   // resume_window_bytes); zero grace: a broken stream fails its round.
   absl::Duration resume_grace = absl::ZeroDuration();
   int64_t resume_window_bytes = int64_t{32} << 20;
+  // Durable rounds: where groups keep their epoch and round journals
+  // (GroupJournal); empty keeps nothing, so a restart forgets every epoch.
+  // Needs a positive resume_grace: members resume after a restart.
+  std::string state_dir;
   EventSink* events = nullptr;  // may be null; must outlive the group
 };
 
@@ -65,6 +70,17 @@ class GroupState {
   GroupState(GroupConfig config, const GroupLimits& limits);
   GroupState(const GroupState&) = delete;
   GroupState& operator=(const GroupState&) = delete;
+
+  // Restore opens the group's journal under limits.state_dir (nothing to do
+  // without one) and brings back the epoch the last run left, if it had
+  // not ended and its members still match the configuration: its members
+  // as disconnected at `now` (each may resume within the resume grace), the
+  // seqs they had started, the outcomes of finished rounds, and every round
+  // journaled in flight or kept, rebuilt by RestoreRound. An epoch that no
+  // longer matches is ended (a kGroupDissolved event says why). Emits
+  // kGroupRestored. Errors (the server should not start): the journal
+  // cannot be read, or a round journal is damaged (DATA_LOSS naming it).
+  absl::Status Restore(absl::Time now, PendingCallbacks* callbacks);
 
   // Join adds `identity`'s session to the members waiting for the group to
   // form; when it is the last one, every waiting session gets SendJoined.
@@ -189,6 +205,17 @@ class GroupState {
   // JoinTimeoutLocked says who has joined and who has not.
   absl::Status JoinTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RoundFinished(uint64_t epoch, uint64_t seq, const absl::Status& outcome);
+  // NewRoundLocked creates round `seq` of the current epoch, with its
+  // journal under the state directory, if any.
+  absl::StatusOr<std::shared_ptr<Round>> NewRoundLocked(uint64_t seq,
+                                                        absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  RoundOptions RoundOptionsLocked(uint64_t seq, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // StateErrorLocked is the status an epoch ends with when the group's
+  // state cannot be written.
+  absl::Status StateErrorLocked(const absl::Status& error) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Emit(EventKind kind, int rank, const std::string& identity,
             const std::string& peer, const absl::Status& status,
             PendingCallbacks* callbacks) const
@@ -203,6 +230,7 @@ class GroupState {
   const GroupLimits limits_;
 
   mutable absl::Mutex mu_;
+  std::unique_ptr<GroupJournal> journal_ ABSL_GUARDED_BY(mu_);  // may be null
   GroupConfig config_ ABSL_GUARDED_BY(mu_);
   std::vector<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;

@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
   double resume_grace = 10;
   int64_t resume_window_mib = 32;
   bool insecure_plaintext = false;
+  std::string state_dir;
   app.add_option("--listen", listen,
                  "HOST:PORT to listen on (port 0 picks one)")
       ->capture_default_str();
@@ -159,6 +160,11 @@ int main(int argc, char** argv) {
                  "MiB of delivered frames a round keeps for resumed downloads")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--state-dir", state_dir,
+                 "directory for durable rounds: groups journal their epochs "
+                 "and rounds in flight there, and a restarted server "
+                 "restores them so members resume (needs --resume-grace > "
+                 "0; created 0700 if missing)");
   app.add_flag("--insecure-plaintext-for-benchmarks", insecure_plaintext,
                "benchmarks only: no TLS, and callers' identities are taken "
                "unverified from a request header; --listen must be a "
@@ -222,6 +228,22 @@ int main(int argc, char** argv) {
   options.limits.max_buffered_bytes_per_round = max_buffered_mib << 20;
   options.limits.resume_grace = Seconds(resume_grace);
   options.limits.resume_window_bytes = resume_window_mib << 20;
+  if (!state_dir.empty()) {
+    if (resume_grace <= 0) {
+      std::cerr << "fedgather-server: --state-dir needs a positive "
+                   "--resume-grace: members resume a restored round within "
+                   "it"
+                << std::endl;
+      return 2;
+    }
+    if (absl::Status made = fedgather::MakeDirectories(state_dir, 0700);
+        !made.ok()) {
+      std::cerr << "fedgather-server: --state-dir: " << made.message()
+                << std::endl;
+      return 2;
+    }
+    options.limits.state_dir = state_dir;
+  }
   options.limits.events = &events;
 
   // Block the stop and reload signals in every thread; the main thread

@@ -22,6 +22,10 @@ class PendingCallbacks {
     callbacks_.push_back(std::move(callback));
   }
 
+  // Discard drops the collected callbacks without running them (a restore
+  // replays history whose wake-ups and events already happened).
+  void Discard() { callbacks_.clear(); }
+
   // Run calls every collected callback in order; callbacks may add more.
   void Run() {
     for (size_t i = 0; i < callbacks_.size(); ++i) {

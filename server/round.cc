@@ -12,11 +12,41 @@
 
 namespace fedgather::server {
 
-Round::Round(RoundOptions options)
+Round::Round(RoundOptions options, std::unique_ptr<JournalFile> journal)
     : options_(std::move(options)),
       world_(static_cast<int>(options_.identities.size())),
+      journal_(std::move(journal)),
       ranks_(options_.identities.size()),
       contributors_(world_) {}
+
+bool Round::JournalLocked(RoundRecord kind, int rank,
+                          const grpc::ByteBuffer& payload,
+                          PendingCallbacks* callbacks) {
+  if (journal_ == nullptr) return true;
+  return JournaledLocked(journal_->Append(static_cast<uint8_t>(kind),
+                                          static_cast<uint32_t>(rank), payload),
+                         callbacks);
+}
+
+bool Round::JournalLocked(RoundRecord kind, int rank, absl::string_view payload,
+                          bool sync, PendingCallbacks* callbacks) {
+  if (journal_ == nullptr) return true;
+  absl::Status written = journal_->Append(static_cast<uint8_t>(kind),
+                                          static_cast<uint32_t>(rank), payload);
+  if (written.ok() && sync) written = journal_->Sync();
+  return JournaledLocked(written, callbacks);
+}
+
+bool Round::JournaledLocked(const absl::Status& written,
+                            PendingCallbacks* callbacks) {
+  if (written.ok()) return true;
+  FailLocked(absl::Status(
+                 written.code(),
+                 absl::StrCat(Describe(), ": the server could not journal it: ",
+                              written.message())),
+             callbacks);
+  return false;
+}
 
 std::string Round::Describe() const {
   return absl::StrCat("group '", options_.group, "' epoch ", options_.epoch,
@@ -175,6 +205,9 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
     FailLocked(valid, callbacks);
     return valid;
   }
+  if (!JournalLocked(RoundRecord::kAttach, rank, header_frame, callbacks)) {
+    return status_;
+  }
   if (first_rank_ < 0) {
     op_ = header.op();
     root_ = header.root();
@@ -261,6 +294,20 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
   }
   state.has_declared_digest = true;
   state.declared_digest = declared;
+  if (state.restored_frames >= 0) {
+    if (static_cast<int64_t>(header.frames_received()) >
+        state.restored_frames) {
+      const absl::Status lost = absl::DataLossError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " resumes after ",
+          header.frames_received(), " frames, but the server's journal held ",
+          state.restored_frames,
+          " for it after the restart (frames that had not reached the disk "
+          "were lost); run the collective again"));
+      FailLocked(lost, callbacks);
+      return lost;
+    }
+    state.restored_frames = -1;
+  }
   // Find the first frame the client lacks: the frames sent to this rank are
   // the log's entries from other ranks, in order.
   uint64_t seen = 0;
@@ -310,6 +357,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
   state.stream = std::move(stream);
   state.cursor = cursor;
   state.write_in_flight = false;
+  state.read_paused = false;  // a new stream reads until it is paused
   ResumePoint point;
   point.upload_bytes = state.received_bytes;
   point.upload_ended = state.ended;
@@ -350,6 +398,7 @@ bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                        PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return false;
+  if (!JournalLocked(RoundRecord::kChunk, rank, frame, callbacks)) return false;
   RankState& state = ranks_[rank];
   state.received_bytes += payload_bytes;
   Append(rank, std::move(frame), payload_bytes, callbacks);
@@ -360,6 +409,11 @@ bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
                              const uint8_t* data, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return false;
+  if (journal_ != nullptr &&
+      !JournalLocked(RoundRecord::kChunk, rank, EncodeChunkFrame(meta, data),
+                     callbacks)) {
+    return false;
+  }
   const int64_t size = static_cast<int64_t>(meta.size);
   ranks_[rank].received_bytes += size;
   const int64_t held_before = reducer_->HeldBytes();
@@ -429,6 +483,13 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   if (state.has_declared_digest && digest != state.declared_digest) {
     // The round fails on every rank; the uploader learns it from its stream.
     EquivocationLocked(rank, "different bytes", callbacks).IgnoreError();
+    return;
+  }
+  if (!JournalLocked(
+          RoundRecord::kEnd, rank,
+          absl::string_view(reinterpret_cast<const char*>(digest.data()),
+                            digest.size()),
+          /*sync=*/true, callbacks)) {
     return;
   }
   state.ended = true;
@@ -698,6 +759,10 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
                callbacks);
     return;
   }
+  if (!JournalLocked(RoundRecord::kQuorumClosed, 0, "", /*sync=*/false,
+                     callbacks)) {
+    return;
+  }
   // The ranks that have not started are no longer receivers: drop their
   // claims on the log, and let the reduction finish without them.
   contributors_ = count;
@@ -715,6 +780,43 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
     }
   }
   if (ended_count_ >= contributors_) CompleteLocked(callbacks);
+}
+
+}  // namespace fedgather::server
+
+namespace fedgather::server {
+
+void Round::CloseQuorum(PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!finished() && contributors_ == world_) CloseQuorumLocked(callbacks);
+}
+
+void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
+                     std::unique_ptr<JournalFile> journal) {
+  absl::MutexLock lock(&mu_);
+  journal_ = std::move(journal);
+  for (int r = 0; r < world_; ++r) {
+    RankState& state = ranks_[r];
+    if (!state.attached) continue;
+    state.detached = true;
+    state.detached_at = now;
+    state.read_paused = false;
+    state.upload_hasher = std::move(upload_hashers[r]);
+    state.restored_frames = 0;
+    for (const LogEntry& entry : log_) {
+      if (entry.source_rank != r) ++state.restored_frames;
+    }
+  }
+}
+
+bool Round::Finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished();
+}
+
+bool Round::Complete() const {
+  absl::MutexLock lock(&mu_);
+  return complete_;
 }
 
 }  // namespace fedgather::server

@@ -33,6 +33,7 @@
 #include "common/sha256.h"
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/event_sink.h"
+#include "server/journal_file.h"
 #include "server/pending_callbacks.h"
 #include "server/reducer.h"
 
@@ -47,6 +48,20 @@ class RoundStream {
   virtual void WakeWriter() = 0;
   // ResumeReading: the round has buffer room again for a paused uploader.
   virtual void ResumeReading() = 0;
+};
+
+// The records a round journals, in the order they change its log, so that
+// RestoreRound can rebuild the same log after a restart:
+//   kAttach        a rank's header frame, accepted
+//   kChunk         a chunk frame a rank uploaded, accepted
+//   kEnd           a rank's contribution ended; the payload is its SHA-256
+//   kQuorumClosed  the quorum deadline closed the round to the ranks that
+//                  had not started
+enum class RoundRecord : uint8_t {
+  kAttach = 1,
+  kChunk = 2,
+  kEnd = 3,
+  kQuorumClosed = 4,
 };
 
 // The payload of a status that asks the client to try again shortly.
@@ -100,7 +115,12 @@ struct RoundOptions {
 
 class Round {
  public:
-  explicit Round(RoundOptions options);
+  // With a `journal`, every change to the round's log is appended to it
+  // (RoundRecord) before it takes effect, and each kEnd is synced to disk
+  // before the contribution counts, so a committed round's contributions
+  // are durable. A journal write that fails fails the round with the error.
+  explicit Round(RoundOptions options,
+                 std::unique_ptr<JournalFile> journal = nullptr);
   Round(const Round&) = delete;
   Round& operator=(const Round&) = delete;
 
@@ -196,6 +216,24 @@ class Round {
   // that have not started (or fails it, below quorum).
   void CheckDeadline(absl::Time now, PendingCallbacks* callbacks);
 
+  // CloseQuorum closes a quorum round now, as its quorum deadline does
+  // (RestoreRound replays a journaled kQuorumClosed with it).
+  void CloseQuorum(PendingCallbacks* callbacks);
+
+  // Restored ends RestoreRound's replay of a journal into this round (built
+  // without a journal): every attached rank is detached as if its stream had
+  // broken at `now`, keeping upload_hashers[rank], the hash of its upload so
+  // far, and `journal` takes the round's records from here on. A rank that
+  // then resumes with more frames than the replayed log holds for it gets
+  // DATA_LOSS, failing the round: the journal lost frames the rank had
+  // received (the machine crashed before they reached the disk).
+  void Restored(absl::Time now, std::vector<Sha256> upload_hashers,
+                std::unique_ptr<JournalFile> journal);
+  // Finished is true once the round has completed or failed; Complete once
+  // it has committed.
+  bool Finished() const;
+  bool Complete() const;
+
   // Describe names the round: "group 'demo' epoch 1 seq 0".
   std::string Describe() const;
 
@@ -245,6 +283,9 @@ class Round {
     v1::CollectiveHeader header;  // its first header, for the same check
     bool has_declared_digest = false;  // a resume declared the digest
     Sha256Digest declared_digest{};
+    // After a restore, until the rank resumes: the frames the replayed log
+    // holds for it (-1 otherwise).
+    int64_t restored_frames = -1;
   };
 
   bool finished() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -302,6 +343,19 @@ class Round {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // JournalLocked appends a record to the journal, if any; on an error it
+  // fails the round with it and returns false.
+  bool JournalLocked(RoundRecord kind, int rank,
+                     const grpc::ByteBuffer& payload,
+                     PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool JournalLocked(RoundRecord kind, int rank, absl::string_view payload,
+                     bool sync, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // JournaledLocked is their end: true when `written` is OK, else it fails
+  // the round with it.
+  bool JournaledLocked(const absl::Status& written, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeAll(PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake(int rank, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -314,6 +368,7 @@ class Round {
   const int world_;
 
   mutable absl::Mutex mu_;
+  std::unique_ptr<JournalFile> journal_ ABSL_GUARDED_BY(mu_);  // may be null
   v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
   int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
   uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;  // BROADCAST's sender

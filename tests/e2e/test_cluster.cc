@@ -50,6 +50,8 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   const absl::Status provisioned = Provision(provision);
   EXPECT_TRUE(provisioned.ok()) << provisioned;
   EXPECT_TRUE(WriteStringToFile(policy_path(), DefaultPolicy()).ok());
+  if (options.crl) Revoke({});
+  if (!options.in_process_server) return;
 
   server::ServerOptions server_options;
   absl::StatusOr<TlsFiles> tls = ReadTlsFiles(
@@ -57,10 +59,7 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   EXPECT_TRUE(tls.ok()) << tls.status();
   server_options.tls = *tls;
   server_options.policy_path = policy_path();
-  if (options.crl) {
-    server_options.crl_path = dir_ + "/crl.pem";
-    Revoke({});
-  }
+  if (options.crl) server_options.crl_path = dir_ + "/crl.pem";
   if (options.audit) {
     server_options.audit.path = audit_path();
     server_options.audit.anchor_every = 50;

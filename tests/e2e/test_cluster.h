@@ -48,6 +48,9 @@ struct ClusterOptions {
   bool crl = false;            // --crl dir()/crl.pem, which starts empty
   server::GroupLimits limits;  // events are set by the cluster
   absl::Duration certificate_recheck_period = absl::Seconds(30);
+  // False: provision and write the policy only; the test runs a
+  // fedgather-server process itself (address() and server() are unusable).
+  bool in_process_server = true;
 };
 
 class TestCluster {

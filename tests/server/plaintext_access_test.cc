@@ -5,7 +5,6 @@
 #include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
-#include <grpcpp/support/client_interceptor.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -159,29 +158,6 @@ TEST_F(PlaintextAccessTest, NeitherSideSpeaksPlaintextToATlsPeer) {
             absl::StatusCode::kUnavailable);
 }
 
-// Adds the plaintext identity header to every call of a TLS channel.
-class HeaderInterceptor : public grpc::experimental::Interceptor {
- public:
-  void Intercept(
-      grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(
-            grpc::experimental::InterceptionHookPoints::
-                PRE_SEND_INITIAL_METADATA)) {
-      methods->GetSendInitialMetadata()->emplace(kPlaintextIdentityHeader,
-                                                 ParticipantIdentity(Site(0)));
-    }
-    methods->Proceed();
-  }
-};
-class HeaderInterceptorFactory
-    : public grpc::experimental::ClientInterceptorFactoryInterface {
- public:
-  grpc::experimental::Interceptor* CreateClientInterceptor(
-      grpc::experimental::ClientRpcInfo*) override {
-    return new HeaderInterceptor;
-  }
-};
-
 TEST_F(PlaintextAccessTest, ATlsServerIgnoresTheIdentityHeader) {
   StartServer(/*plaintext=*/false);
   absl::StatusOr<TlsFiles> outsider = ReadTlsDir(dir_ + "/outsider-tls");
@@ -190,7 +166,8 @@ TEST_F(PlaintextAccessTest, ATlsServerIgnoresTheIdentityHeader) {
     std::vector<
         std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
         interceptors;
-    interceptors.push_back(std::make_unique<HeaderInterceptorFactory>());
+    interceptors.push_back(
+        MakeIdentityHeaderInterceptor(ParticipantIdentity(Site(0))));
     return grpc::experimental::CreateCustomChannelWithInterceptors(
         address_, grpc::SslCredentials(ssl), grpc::ChannelArguments(),
         std::move(interceptors));

@@ -1,0 +1,262 @@
+// Durable rounds end to end: a real fedgather-server process with
+// --state-dir is killed with SIGKILL while a round is in flight (an
+// all_gather, then an all_reduce) and restarted on the same port and state
+// directory. The members, one thread each over mutual TLS, resume their
+// sessions and collectives and get byte-exact results; the next round
+// works; the restarted server reports the restored group.
+#include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/file_io.h"
+#include "tests/e2e/test_cluster.h"
+
+extern char** environ;
+
+namespace fedgather::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kWorld = 3;
+constexpr int64_t kMiB = 1 << 20;
+
+// A fedgather-server process with a state directory, started and
+// SIGKILLed by the test; every start appends to one stderr log.
+class ServerProcess {
+ public:
+  explicit ServerProcess(const TestCluster& cluster)
+      : dir_(cluster.dir()), policy_(cluster.policy_path()) {}
+  ~ServerProcess() { Kill(); }
+
+  // Start runs the server on `port` (0: any) and waits for it to listen.
+  void Start(int port) {
+    const std::string port_file = dir_ + "/port";
+    ::unlink(port_file.c_str());
+    std::vector<std::string> args = {FEDGATHER_SERVER_PATH,
+                                     "--listen",
+                                     absl::StrCat("127.0.0.1:", port),
+                                     "--port-file",
+                                     port_file,
+                                     "--cert",
+                                     dir_ + "/server/cert.pem",
+                                     "--key",
+                                     dir_ + "/server/key.pem",
+                                     "--client-ca",
+                                     dir_ + "/ca.pem",
+                                     "--policy",
+                                     policy_,
+                                     "--state-dir",
+                                     state_dir(),
+                                     "--resume-grace",
+                                     "60",
+                                     "--heartbeat-interval",
+                                     "0.2"};
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, log_path().c_str(),
+                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ASSERT_EQ(
+        posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ),
+        0);
+    posix_spawn_file_actions_destroy(&actions);
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline) {
+      absl::StatusOr<std::string> written = ReadFileToString(port_file);
+      if (written.ok() &&
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(*written), &port_)) {
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    FAIL() << "the server did not start: " << Log();
+  }
+
+  void Kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = 0;
+  }
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  int port() const { return port_; }
+  std::string state_dir() const { return dir_ + "/state"; }
+  std::string log_path() const { return dir_ + "/server.log"; }
+  std::string Log() const { return ReadFileToString(log_path()).value_or(""); }
+
+ private:
+  const std::string dir_;
+  const std::string policy_;
+  pid_t pid_ = 0;
+  int port_ = 0;
+};
+
+int64_t FileSize(const std::string& path) {
+  struct stat info {};
+  return ::stat(path.c_str(), &info) == 0 ? info.st_size : -1;
+}
+
+size_t CountOf(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos;
+       at = text.find(needle, at + 1)) {
+    ++count;
+  }
+  return count;
+}
+
+class RestartTest : public ::testing::Test {
+ protected:
+  RestartTest() : cluster_(Options()), server_(cluster_) {}
+
+  static ClusterOptions Options() {
+    ClusterOptions options(kWorld);
+    options.in_process_server = false;
+    return options;
+  }
+
+  void JoinEveryone() {
+    for (int r = 0; r < kWorld; ++r) {
+      clients_.push_back(
+          cluster_.ConnectVia(TestCluster::Site(r), server_.address()));
+      ASSERT_NE(clients_.back(), nullptr);
+    }
+    groups_.resize(kWorld);
+    RunRanks(kWorld, [&](int r) {
+      JoinOptions join{"demo", kWorld, r, absl::Seconds(60)};
+      join.resume_grace = absl::Seconds(60);
+      absl::StatusOr<std::unique_ptr<Group>> group = clients_[r]->Join(join);
+      ASSERT_TRUE(group.ok()) << group.status();
+      groups_[r] = *std::move(group);
+    });
+  }
+
+  // RunRoundAcrossARestart runs `collective(rank)` on every rank. Ranks 0
+  // and 1 start at once; once the round's journal holds `journaled` bytes
+  // the server is killed and restarted, and only then does rank 2 start.
+  std::vector<absl::Status> RunRoundAcrossARestart(
+      uint64_t seq, int64_t journaled,
+      const std::function<absl::Status(int)>& collective) {
+    absl::Notification restarted;
+    std::vector<absl::Status> status(kWorld);
+    const std::string journal = absl::StrCat(
+        server_.state_dir(), "/groups/demo/round-", seq, ".journal");
+    RunRanks(kWorld + 1, [&](int r) {
+      if (r < 2) {
+        status[r] = collective(r);
+      } else if (r == 2) {
+        restarted.WaitForNotification();
+        status[r] = collective(r);
+      } else {  // the operator's thread
+        const absl::Time deadline = absl::Now() + absl::Seconds(60);
+        while (FileSize(journal) < journaled && absl::Now() < deadline) {
+          absl::SleepFor(absl::Milliseconds(5));
+        }
+        EXPECT_GE(FileSize(journal), journaled) << server_.Log();
+        const int port = server_.port();
+        server_.Kill();
+        server_.Start(port);
+        restarted.Notify();
+      }
+    });
+    return status;
+  }
+
+  TestCluster cluster_;
+  ServerProcess server_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::unique_ptr<Group>> groups_;
+};
+
+TEST_F(RestartTest, RoundsInFlightSurviveAServerKilledAndRestarted) {
+  server_.Start(0);
+  JoinEveryone();
+
+  // Round 0: an all_gather of 8 MiB per rank, killed once ranks 0 and 1
+  // have uploaded everything.
+  constexpr int64_t kBytes = 8 * kMiB;
+  std::vector<std::vector<uint8_t>> inputs;
+  for (int r = 0; r < kWorld; ++r) {
+    inputs.push_back(RandomBytes(kBytes, 900 + r));
+  }
+  std::vector<std::vector<uint8_t>> outputs(
+      kWorld, std::vector<uint8_t>(kWorld * kBytes));
+  std::vector<absl::Status> gathered =
+      RunRoundAcrossARestart(0, 2 * kBytes, [&](int r) {
+        const ConstHostTensor in{{"w", DType::kU8, {kBytes}}, inputs[r].data()};
+        const MutableHostTensor out{{"w", DType::kU8, {kWorld, kBytes}},
+                                    outputs[r].data()};
+        return groups_[r]->AllGatherInto({&in, 1}, {&out, 1});
+      });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(gathered[r].ok()) << "rank " << r << ": " << gathered[r] << "\n"
+                                  << server_.Log();
+    for (int s = 0; s < kWorld; ++s) {
+      EXPECT_TRUE(std::equal(inputs[s].begin(), inputs[s].end(),
+                             outputs[r].begin() + s * kBytes))
+          << "rank " << r << " got other bytes for rank " << s;
+    }
+  }
+  EXPECT_THAT(server_.Log(),
+              HasSubstr("group_restored group=demo epoch=1 bytes="));
+
+  // Round 1: an all_reduce (mean of 1M floats), killed once ranks 0 and 1
+  // have sent half of theirs.
+  constexpr int64_t kFloats = 1 << 20;
+  std::vector<std::vector<float>> values(kWorld, std::vector<float>(kFloats));
+  std::vector<float> want(kFloats);
+  for (int64_t i = 0; i < kFloats; ++i) {
+    for (int r = 0; r < kWorld; ++r) {
+      values[r][i] = static_cast<float>((i * (r + 3)) % 1000) / 8;
+    }
+    want[i] = (values[0][i] + values[1][i] + values[2][i]) / kWorld;
+  }
+  std::vector<std::vector<float>> means(kWorld, std::vector<float>(kFloats));
+  std::vector<absl::Status> reduced =
+      RunRoundAcrossARestart(1, kFloats * 4, [&](int r) {
+        const ConstHostTensor in{{"w", DType::kF32, {kFloats}},
+                                 values[r].data()};
+        const MutableHostTensor out{{"w", DType::kF32, {kFloats}},
+                                    means[r].data()};
+        return groups_[r]->AllReduce(absl::MakeConstSpan(&in, 1),
+                                     absl::MakeConstSpan(&out, 1), v1::MEAN);
+      });
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_TRUE(reduced[r].ok()) << "rank " << r << ": " << reduced[r] << "\n"
+                                 << server_.Log();
+    // Multiples of 1/8 below 1000: the fp32 sums and the mean are exact.
+    EXPECT_EQ(means[r], want) << "rank " << r;
+  }
+
+  // The epoch goes on after two restarts.
+  std::vector<absl::Status> next(kWorld);
+  RunRanks(kWorld, [&](int r) { next[r] = GatherRanks(*groups_[r]); });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(next[r].ok()) << "rank " << r << ": " << next[r];
+  }
+  // Both restarts restored the one epoch, each with its round in flight.
+  const std::string log = server_.Log();
+  EXPECT_EQ(CountOf(log, "group_restored group=demo epoch=1 "), 2u) << log;
+  EXPECT_EQ(CountOf(log, "rounds_in_flight=1 "), 2u) << log;
+  EXPECT_EQ(CountOf(log, "group_formed "), 1u) << log;
+}
+
+}  // namespace
+}  // namespace fedgather::testing

@@ -142,7 +142,7 @@ echo "== starting fedgather-server on 127.0.0.1 (free port)"
 "$SERVER" --listen 127.0.0.1:0 --port-file "$WORK/port" \
   --cert "$WORK/pki/server/cert.pem" --key "$WORK/pki/server/key.pem" \
   --client-ca "$WORK/pki/ca.pem" --policy "$WORK/pki/policy.yaml" \
-  --audit-log "$WORK/audit.jsonl" \
+  --audit-log "$WORK/audit.jsonl" --state-dir "$WORK/state" \
   --round-timeout "$JOIN_TIMEOUT" >"$WORK/server.log" 2>&1 &
 SERVER_PID=$!
 PORT=""

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 
 namespace fedgather {
 
@@ -102,6 +103,28 @@ absl::StatusOr<v1::ReloadPolicyReply> Client::ReloadPolicy(
   return CallAdmin<v1::ReloadPolicyRequest, v1::ReloadPolicyReply>(
       channel_, &v1::Admin::Stub::ReloadPolicy, v1::ReloadPolicyRequest(),
       timeout);
+}
+
+absl::Status Client::CheckHealth(absl::Duration timeout) {
+  grpc::health::v1::Health::Stub stub(channel_);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::health::v1::HealthCheckResponse reply;
+  const grpc::Status status =
+      stub.Check(&context, grpc::health::v1::HealthCheckRequest(), &reply);
+  if (!status.ok()) {
+    const absl::Status failed = FromGrpcStatus(status);
+    return absl::Status(
+        failed.code(),
+        absl::StrCat("health check of ", address_, ": ", failed.message()));
+  }
+  if (reply.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(
+      absl::StrCat("health check of ", address_, ": the server is ",
+                   grpc::health::v1::HealthCheckResponse::ServingStatus_Name(
+                       reply.status())));
 }
 
 }  // namespace fedgather

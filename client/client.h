@@ -74,6 +74,14 @@ class Client {
   absl::StatusOr<v1::ReloadPolicyReply> ReloadPolicy(
       absl::Duration timeout = absl::Seconds(30));
 
+  // CheckHealth asks the server's standard health service
+  // (grpc.health.v1.Health/Check, the whole server) whether it is serving.
+  // OK when it answers SERVING; UNAVAILABLE naming the status it answered
+  // otherwise (NOT_SERVING while it stops); the call's error when there is
+  // no answer (UNAVAILABLE, DEADLINE_EXCEEDED). Blocks for at most
+  // `timeout`.
+  absl::Status CheckHealth(absl::Duration timeout = absl::Seconds(5));
+
  private:
   Client(std::string address, std::shared_ptr<grpc::Channel> channel);
 

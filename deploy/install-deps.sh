@@ -9,6 +9,8 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev libtorch-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
+  # grpc.health.v1 (the server's health service, `fedgather health`).
+  grpc-proto
   # The Python module and torch.distributed backend (python/): Debian's
   # python3-torch runs on the same libtorch1.13 as libtorch-dev.
   python3-dev pybind11-dev python3-torch

@@ -1,5 +1,6 @@
 #include "server/fedgather_server.h"
 
+#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
 #include "absl/strings/str_cat.h"
@@ -64,6 +65,10 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   server->admin_ = std::make_unique<AdminService>(server->registry_.get(),
                                                   server->access_.get());
 
+  // The standard health service (grpc.health.v1.Health), gRPC's own: it
+  // answers SERVING from here on and NOT_SERVING once Shutdown begins. It
+  // runs no access check (it tells nothing but that); see docs/security.md.
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(o.listen_address, MakeServerCredentials(o.tls),
                            &server->port_);

@@ -53,6 +53,18 @@ AdminCommands AddAdminCommands(CLI::App* app, AdminCommandOptions* options) {
   commands.policy_reload = policy->add_subcommand(
       "reload", "make the server re-read its policy and CRL files");
   AddConnectionOptions(commands.policy_reload, options);
+
+  commands.health = app->add_subcommand(
+      "health",
+      "exit 0 when the server's gRPC health service says SERVING, else 1 "
+      "(for container probes)\n  example: fedgather health --server "
+      "localhost:50051 --tls-dir /etc/fedgather/tls");
+  AddConnectionOptions(commands.health, options);
+  commands.health
+      ->add_option("--timeout", options->timeout_s,
+                   "seconds to wait for the answer")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   return commands;
 }
 
@@ -117,6 +129,13 @@ absl::Status RunPolicyReload(const AdminCommandOptions& options,
                       client->ReloadPolicy());
   out << "policy reloaded: " << reply.groups() << " group(s), sha256 "
       << reply.policy_sha256() << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status RunHealth(const AdminCommandOptions& options, std::ostream& out) {
+  FG_ASSIGN_OR_RETURN(std::unique_ptr<Client> client, ConnectAs(options));
+  FG_RETURN_IF_ERROR(client->CheckHealth(absl::Seconds(options.timeout_s)));
+  out << "SERVING\n";
   return absl::OkStatus();
 }
 

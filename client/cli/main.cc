@@ -1,5 +1,5 @@
 // fedgather: the participant CLI (provision, join, status, round abort,
-// policy reload, audit verify, revoke).
+// policy reload, health, audit verify, revoke).
 // See README.md.
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -141,6 +141,9 @@ int main(int argc, char** argv) {
   if (*admin_cmds.policy_reload) {
     return Report("policy reload",
                   fedgather::cli::RunPolicyReload(admin, std::cout));
+  }
+  if (*admin_cmds.health) {
+    return Report("health", fedgather::cli::RunHealth(admin, std::cout));
   }
   if (*revoke_cmd) {
     return Report("revoke", fedgather::cli::RunRevoke(revoke, std::cout));

@@ -187,6 +187,33 @@ std::vector<SafetensorsFile> JoinAll(const TestCluster& cluster, int world,
   return outputs;
 }
 
+TEST(CliTest, HealthSaysServingUntilTheServerStops) {
+  TestCluster cluster(2);
+  const std::vector<std::string> health = {
+      "health",
+      "--server",
+      cluster.address(),
+      "--tls-dir",
+      cluster.dir() + "/" + TestCluster::Site(0),
+      "--timeout",
+      "10"};
+  CliResult serving = RunCli(cluster, health);
+  EXPECT_EQ(serving.exit_code, 0) << serving.err;
+  EXPECT_EQ(serving.out, "SERVING\n");
+  // The server's own certificate is enough, as a container probe uses it.
+  std::vector<std::string> as_server = health;
+  as_server[4] = cluster.dir() + "/server";
+  CliResult probe = RunCli(cluster, as_server);
+  EXPECT_EQ(probe.exit_code, 0) << probe.err;
+
+  cluster.StopServer();
+  CliResult stopped = RunCli(cluster, health);
+  EXPECT_EQ(stopped.exit_code, 1);
+  EXPECT_THAT(stopped.err, HasSubstr("fedgather health: UNAVAILABLE: health "
+                                     "check of " +
+                                     cluster.address()));
+}
+
 TEST(CliTest, BroadcastAllGatherVAllReduceAndBytesOps) {
   TestCluster cluster(ClusterOptions(3));
   // broadcast --root 2: every output holds site 3's tensors.

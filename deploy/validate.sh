@@ -174,7 +174,11 @@ expect_fail "invariants reject the base without readOnlyRootFilesystem" \
   "readOnlyRootFilesystem is not true" invariants "$WORK/mut-rootfs.yaml"
 sed 's/^  replicas: 2$/  replicas: 3/' "$base" >"$WORK/mut-replicas.yaml"
 expect_fail "invariants reject 3 site replicas with a world size of 2" \
-  "FEDGATHER_WORLD_SIZE is '2', replicas 3" invariants "$WORK/mut-replicas.yaml"
+  "replicas 3 exceed the policy's world_size 2" invariants "$WORK/mut-replicas.yaml"
+sed 's/^  replicas: 2$/  replicas: 1/' "$base" >"$WORK/mut-secrets.yaml"
+expect_fail "invariants reject 1 site replica with 2 projected site Secrets" \
+  "all-sites projects ['fedgather-site-0', 'fedgather-site-1'], want ['fedgather-site-0']" \
+  invariants "$WORK/mut-secrets.yaml"
 
 echo "== deploy/k8s/make-secrets.sh"
 # A directory shaped like `fedgather provision` output (the script copies files; it does not parse them).

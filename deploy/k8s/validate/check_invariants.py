@@ -11,9 +11,10 @@ Every pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, Cr
     runAsUser not 0, where the container overrides the pod) and seccomp RuntimeDefault where it sets one;
     resources requests and limits for cpu and memory;
   - every long-running container (containers of all but Jobs and CronJobs): readinessProbe and livenessProbe.
-Where the participants' StatefulSet `site` and the ConfigMap `fedgather-policy` are both rendered, they must
-agree: replicas = FEDGATHER_WORLD_SIZE = the Secrets fedgather-site-0..N-1 projected into all-sites = the policy's
-world_size for group demo, whose participants are exactly spiffe://fedgather/site-0..N-1.
+Where the participants' StatefulSet `site` (N replicas) and the ConfigMap `fedgather-policy` are both rendered,
+they must agree: all-sites projects exactly the Secrets fedgather-site-0..N-1; the policy's group demo has
+world_size W >= N participants, among them spiffe://fedgather/site-0..N-1 (the others are sites outside the
+cluster); FEDGATHER_WORLD_SIZE is W.
 
 Prints each violation and exits 1 if there is any (or if no pod template was found), 0 otherwise, 2 on usage or
 YAML errors. Uses PyYAML (Debian's python3-yaml).
@@ -122,20 +123,24 @@ def check_sites_agree(objects, problems):
     if not isinstance(replicas, int) or replicas < 1:
         problems.append(f"{where}: replicas is {replicas!r}")
         return
-    if env.get("FEDGATHER_WORLD_SIZE") != str(replicas):
-        problems.append(f"{where}: FEDGATHER_WORLD_SIZE is {env.get('FEDGATHER_WORLD_SIZE')!r}, replicas {replicas}")
     want_secrets = [f"fedgather-site-{i}" for i in range(replicas)]
     if secrets != want_secrets:
         problems.append(f"{where}: all-sites projects {secrets}, want {want_secrets}")
     if group is None:
         problems.append(f"{where}: the policy has no group demo")
         return
-    if group.get("world_size") != replicas:
-        problems.append(f"{where}: the policy's world_size is {group.get('world_size')!r}, replicas {replicas}")
-    participants = sorted(k for k, v in (group.get("members") or {}).items() if v == "participant")
-    want = sorted(f"spiffe://fedgather/site-{i}" for i in range(replicas))
-    if participants != want:
-        problems.append(f"{where}: the policy's participants are {participants}, want {want}")
+    world_size = group.get("world_size")
+    if not isinstance(world_size, int) or replicas > world_size:
+        problems.append(f"{where}: replicas {replicas} exceed the policy's world_size {world_size!r}")
+    if env.get("FEDGATHER_WORLD_SIZE") != str(world_size):
+        problems.append(f"{where}: FEDGATHER_WORLD_SIZE is {env.get('FEDGATHER_WORLD_SIZE')!r}, "
+                        f"the policy's world_size {world_size!r}")
+    participants = {k for k, v in (group.get("members") or {}).items() if v == "participant"}
+    if len(participants) != world_size:
+        problems.append(f"{where}: the policy has {len(participants)} participants, world_size {world_size!r}")
+    missing = sorted({f"spiffe://fedgather/site-{i}" for i in range(replicas)} - participants)
+    if missing:
+        problems.append(f"{where}: the policy's participants lack {missing}")
 
 
 def main(argv):

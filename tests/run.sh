@@ -3,7 +3,8 @@
 # idempotent; uses sudo when not root), configures and builds everything
 # (-j2), runs every GoogleTest binary through ctest, then runs the local
 # federated simulation (deploy/local/run.sh) as an end-to-end smoke test of
-# the fedgather and fedgather-server binaries.
+# the fedgather and fedgather-server binaries, then validates the deploy
+# artefacts offline (deploy/validate.sh: compose, kustomize, schemas).
 #
 #   tests/run.sh [--build-dir DIR]
 #
@@ -80,6 +81,11 @@ current="local federated simulation (deploy/local/run.sh)"
 section "$current"
 bash deploy/local/run.sh --no-build --build-dir "$BUILD_DIR"
 done_in "simulation"
+
+current="deploy artefacts, offline (deploy/validate.sh)"
+section "$current"
+bash deploy/validate.sh --build-dir "$BUILD_DIR"
+done_in "deploy validation"
 
 echo
 echo "tests/run.sh: all passed in ${SECONDS} s (build dir $BUILD_DIR)"

@@ -11,6 +11,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev
   # grpc.health.v1 (the server's health service, `fedgather health`).
   grpc-proto
+  # The server's Prometheus metrics (--metrics-listen).
+  prometheus-cpp-dev
   # The Python module and torch.distributed backend (python/): Debian's
   # python3-torch runs on the same libtorch1.13 as libtorch-dev.
   python3-dev pybind11-dev python3-torch

@@ -22,7 +22,7 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context,
 }
 
 void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
-                    v1::GroupStatus* out) {
+                    absl::Time now, v1::GroupStatus* out) {
   out->set_name(snapshot.config.name);
   out->set_role(RoleName(role));
   out->set_world_size(snapshot.config.world_size);
@@ -32,7 +32,8 @@ void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
   for (size_t r = 0; r < snapshot.members.size(); ++r) {
     v1::Member* member = out->add_members();
     member->set_rank(static_cast<uint32_t>(r));
-    member->set_identity(snapshot.members[r]);
+    member->set_identity(snapshot.members[r].identity);
+    member->set_connected(snapshot.members[r].connected);
   }
   for (const std::string& waiting : snapshot.waiting) out->add_waiting(waiting);
   for (const Round::Progress& progress : snapshot.rounds) {
@@ -40,6 +41,13 @@ void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
     round->set_seq(progress.seq);
     for (int r : progress.started) round->add_started_ranks(r);
     for (int r : progress.complete) round->add_complete_ranks(r);
+    for (int64_t bytes : progress.bytes_in) round->add_bytes_in(bytes);
+    for (int64_t bytes : progress.bytes_out) round->add_bytes_out(bytes);
+    round->set_buffered_bytes(progress.buffered_bytes);
+    if (progress.deadline != absl::InfiniteFuture()) {
+      round->set_deadline_in_ms(
+          absl::ToInt64Milliseconds(progress.deadline - now));
+    }
   }
 }
 
@@ -91,7 +99,8 @@ absl::Status AdminService::Status(const Caller& caller,
     const std::optional<Role> role = policy->RoleOf(caller.identity, name);
     // A reload may have run since the check: show only what still holds.
     if (!group.ok() || !role.has_value()) continue;
-    AddGroupStatus((*group)->GetSnapshot(), *role, reply->add_groups());
+    AddGroupStatus((*group)->GetSnapshot(), *role, absl::Now(),
+                   reply->add_groups());
   }
   ServerEvent read;
   read.kind = EventKind::kStatusRead;

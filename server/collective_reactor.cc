@@ -19,6 +19,10 @@ CollectiveReactor* CollectiveReactor::Start(
   if (!admitted) {
     reactor->FinishWithoutRound(admission.status());
   } else {
+    if (ServerMetrics* metrics = registry->metrics(); metrics != nullptr) {
+      metrics->StreamOpened(StreamKind::kCollective);
+      reactor->counted_ = true;
+    }
     reactor->StartRead(&reactor->read_buffer_);
   }
   return reactor.get();
@@ -374,6 +378,7 @@ void CollectiveReactor::ResumeReading() {
 void CollectiveReactor::OnCancel() { LoseStream("was cancelled"); }
 
 void CollectiveReactor::OnDone() {
+  if (counted_) registry_->metrics()->StreamClosed(StreamKind::kCollective);
   {
     absl::MutexLock lock(&mu_);
     round_ = nullptr;

@@ -112,6 +112,7 @@ class CollectiveReactor
   const int64_t max_chunk_bytes_;
   const std::function<absl::Time()> clock_;
   std::shared_ptr<CollectiveReactor> self_;  // released in OnDone
+  bool counted_ = false;  // an admitted stream, counted in the metrics
 
   // Serializes the read path with LoseStream, so no frame of this stream
   // reaches the round after it was detached. Lock order: read_mu_, mu_.

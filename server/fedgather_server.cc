@@ -46,7 +46,18 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
         server->audit_log_.get(), o.limits.events);
     o.limits.events = server->audit_sink_.get();
   }
+  if (!o.metrics_listen.empty()) {
+    FG_ASSIGN_OR_RETURN(
+        server->metrics_,
+        ServerMetrics::Start(o.metrics_listen, o.limits.events));
+    o.limits.events = server->metrics_.get();
+    o.limits.metrics = server->metrics_.get();
+  }
   server->registry_ = std::make_unique<GroupRegistry>(o.limits);
+  if (server->metrics_ != nullptr) {
+    server->metrics_->Watch(server->registry_.get(), server->audit_log_.get(),
+                            o.limits.max_buffered_bytes_per_round);
+  }
   AccessControlOptions access;
   access.policy_path = o.policy_path;
   access.client_ca_pem = o.tls.ca_pem;
@@ -125,12 +136,46 @@ void FedgatherServer::RunTimers() {
   }
 }
 
-absl::Status FedgatherServer::Shutdown() {
-  std::call_once(shutdown_once_, [this] {
+int FedgatherServer::metrics_port() const {
+  return metrics_ != nullptr ? metrics_->port() : 0;
+}
+
+int FedgatherServer::Drain(absl::Duration timeout) {
+  if (server_ != nullptr)
+    server_->GetHealthCheckService()->SetServingStatus(false);
+  {
+    PendingCallbacks callbacks;
+    registry_->Drain(absl::UnavailableError(
+                         "the server is shutting down; join again once it is "
+                         "back"),
+                     &callbacks);
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  while (registry_->RoundsInFlight() > 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const int late = registry_->RoundsInFlight();
+  if (late > 0) {
+    PendingCallbacks callbacks;
+    registry_->FailRounds(
+        absl::StatusCode::kUnavailable,
+        absl::StrCat("was still in flight when the server's drain timeout (",
+                     absl::FormatDuration(timeout),
+                     ") ran out; the server is shutting down"),
+        &callbacks);
+  }
+  return late;
+}
+
+absl::Status FedgatherServer::Shutdown(absl::Duration grace) {
+  std::call_once(shutdown_once_, [this, grace] {
     stop_.Notify();
     if (timers_.joinable()) timers_.join();
-    // Cancel open streams at once rather than wait for rounds to finish.
-    if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now());
+    // Cancel open streams once the grace is over rather than wait for rounds
+    // to finish.
+    if (server_ != nullptr) {
+      server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+    }
     if (options_.limits.events != nullptr && server_ != nullptr) {
       ServerEvent stopped;
       stopped.kind = EventKind::kServerStopped;

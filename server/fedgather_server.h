@@ -25,6 +25,7 @@
 #include "server/audit_log.h"
 #include "server/group_registry.h"
 #include "server/rendezvous_service.h"
+#include "server/server_metrics.h"
 
 namespace fedgather::server {
 
@@ -44,6 +45,9 @@ struct ServerOptions {
   // reload also re-checks them at once).
   absl::Duration certificate_recheck_period = absl::Seconds(30);
   std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // HOST:PORT to serve Prometheus metrics on (server/server_metrics.h;
+  // port 0 picks one); empty serves none.
+  std::string metrics_listen;
 };
 
 class FedgatherServer {
@@ -58,8 +62,9 @@ class FedgatherServer {
   // Stops serving: open streams are cancelled. Blocks until done.
   ~FedgatherServer();
 
-  // port is the bound TCP port.
+  // port is the bound TCP port; metrics_port the /metrics one (0: none).
   int port() const { return port_; }
+  int metrics_port() const;
 
   // ReloadPolicy re-reads the policy and CRL files (AccessControl::Reload);
   // `by` names who asked, e.g. "SIGHUP". Thread-safe.
@@ -68,10 +73,19 @@ class FedgatherServer {
   // Wait blocks until the server is shut down.
   void Wait();
 
-  // Shutdown stops accepting calls, cancels open ones, stops the timers,
+  // Drain prepares a graceful stop: the health service says NOT_SERVING,
+  // new joins are refused, no group starts a new round, and rounds in
+  // flight get until `timeout` to finish; those still in flight then fail
+  // on every rank with UNAVAILABLE naming the drain timeout. Each epoch
+  // ends once its rounds are over. Returns how many rounds it failed.
+  // Blocks; call Shutdown after it.
+  int Drain(absl::Duration timeout);
+
+  // Shutdown stops accepting calls, cancels open ones (after `grace`, which
+  // lets streams that are finishing send their status), stops the timers,
   // records the stop and closes the audit log. Thread-safe; idempotent.
   // Returns the audit log's final status.
-  absl::Status Shutdown();
+  absl::Status Shutdown(absl::Duration grace = absl::ZeroDuration());
 
  private:
   explicit FedgatherServer(ServerOptions options);
@@ -80,6 +94,7 @@ class FedgatherServer {
   ServerOptions options_;
   std::unique_ptr<AuditLog> audit_log_;
   std::unique_ptr<AuditEventSink> audit_sink_;
+  std::unique_ptr<ServerMetrics> metrics_;  // outlives the gRPC server
   std::unique_ptr<GroupRegistry> registry_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<RendezvousService> service_;

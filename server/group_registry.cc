@@ -70,6 +70,37 @@ absl::StatusOr<GroupState*> GroupRegistry::Find(
   return it->second.get();
 }
 
+std::vector<GroupState::Snapshot> GroupRegistry::Snapshots() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<GroupState::Snapshot> snapshots;
+  for (const auto& [name, group] : groups_) {
+    if (active_.count(name) > 0) snapshots.push_back(group->GetSnapshot());
+  }
+  return snapshots;
+}
+
+void GroupRegistry::Drain(const absl::Status& why,
+                          PendingCallbacks* callbacks) {
+  draining_ = true;
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, group] : groups_) group->Drain(why, callbacks);
+}
+
+void GroupRegistry::FailRounds(absl::StatusCode code, absl::string_view why,
+                               PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, group] : groups_) group->FailRounds(code, why, callbacks);
+}
+
+int GroupRegistry::RoundsInFlight() const {
+  absl::MutexLock lock(&mu_);
+  int rounds = 0;
+  for (const auto& [name, group] : groups_) {
+    rounds += static_cast<int>(group->GetSnapshot().rounds.size());
+  }
+  return rounds;
+}
+
 void GroupRegistry::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   for (auto& [name, group] : groups_) group->CheckTimers(now, callbacks);

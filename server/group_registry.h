@@ -8,6 +8,7 @@
 #ifndef FEDGATHER_SERVER_GROUP_REGISTRY_H_
 #define FEDGATHER_SERVER_GROUP_REGISTRY_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -49,6 +50,21 @@ class GroupRegistry {
 
   // events is where refusals are reported; may be null.
   EventSink* events() const { return limits_.events; }
+  // metrics counts streams and bytes; may be null.
+  ServerMetrics* metrics() const { return limits_.metrics; }
+
+  // Snapshots describes every group the policy lists, by name.
+  std::vector<GroupState::Snapshot> Snapshots() const;
+
+  // Drain closes every group for a shutdown (GroupState::Drain) and makes
+  // draining() true, after which new joins are refused (resumes of a formed
+  // epoch are not). FailRounds fails every round in flight
+  // (GroupState::FailRounds). RoundsInFlight counts them.
+  void Drain(const absl::Status& why, PendingCallbacks* callbacks);
+  bool draining() const { return draining_.load(); }
+  void FailRounds(absl::StatusCode code, absl::string_view why,
+                  PendingCallbacks* callbacks);
+  int RoundsInFlight() const;
 
   // CheckTimers runs GroupState::CheckTimers on every group.
   void CheckTimers(absl::Time now, PendingCallbacks* callbacks);
@@ -60,6 +76,7 @@ class GroupRegistry {
       ABSL_GUARDED_BY(mu_);
   std::set<std::string> active_ ABSL_GUARDED_BY(mu_);  // in the policy
   bool restored_ ABSL_GUARDED_BY(mu_) = false;         // RestoreState ran
+  std::atomic<bool> draining_{false};
 };
 
 }  // namespace fedgather::server

@@ -495,6 +495,8 @@ RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {
   options.resume_grace = limits_.resume_grace;
   options.resume_window_bytes = limits_.resume_window_bytes;
   options.events = limits_.events;
+  options.metrics = limits_.metrics;
+  options.started = now;
   const uint64_t epoch = epoch_;
   options.on_finished = [this, epoch](uint64_t seq,
                                       const absl::Status& outcome) {
@@ -675,16 +677,31 @@ void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
 std::vector<uint64_t> GroupState::AbortRounds(const std::string& admin,
                                               absl::string_view reason,
                                               PendingCallbacks* callbacks) {
+  return FailRounds(
+      absl::StatusCode::kAborted,
+      absl::StrCat("was aborted by admin '", admin, "': ", reason), callbacks);
+}
+
+std::vector<uint64_t> GroupState::FailRounds(absl::StatusCode code,
+                                             absl::string_view why,
+                                             PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  std::vector<uint64_t> aborted;
+  std::vector<uint64_t> failed;
   for (auto& [seq, round] : rounds_) {
-    round->Fail(absl::AbortedError(absl::StrCat(round->Describe(),
-                                                " was aborted by admin '",
-                                                admin, "': ", reason)),
+    round->Fail(absl::Status(code, absl::StrCat(round->Describe(), " ", why)),
                 callbacks);
-    aborted.push_back(seq);
+    failed.push_back(seq);
   }
-  return aborted;
+  return failed;
+}
+
+void GroupState::Drain(const absl::Status& why, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  RefuseWaitingLocked([&](const Waiting&) { return why; }, callbacks);
+  if (formed_ && closing_.ok()) {
+    closing_ = why;
+    if (rounds_.empty()) EndEpochLocked(closing_, nullptr, callbacks);
+  }
 }
 
 GroupState::Snapshot GroupState::GetSnapshot() const {
@@ -693,7 +710,9 @@ GroupState::Snapshot GroupState::GetSnapshot() const {
   snapshot.config = config_;
   snapshot.formed = formed_;
   snapshot.epoch = epoch_;
-  for (const Member& m : members_) snapshot.members.push_back(m.identity);
+  for (const Member& m : members_) {
+    snapshot.members.push_back({m.identity, !m.disconnected});
+  }
   for (const Waiting& w : waiting_) snapshot.waiting.push_back(w.identity);
   for (const auto& [seq, round] : rounds_) {
     snapshot.rounds.push_back(round->GetProgress());

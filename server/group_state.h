@@ -33,6 +33,7 @@
 #include "server/group_journal.h"
 #include "server/pending_callbacks.h"
 #include "server/round.h"
+#include "server/server_metrics.h"
 
 namespace fedgather::server {
 
@@ -62,7 +63,8 @@ struct GroupLimits {
   // (GroupJournal); empty keeps nothing, so a restart forgets every epoch.
   // Needs a positive resume_grace: members resume after a restart.
   std::string state_dir;
-  EventSink* events = nullptr;  // may be null; must outlive the group
+  EventSink* events = nullptr;       // may be null; must outlive the group
+  ServerMetrics* metrics = nullptr;  // may be null; must outlive the group
 };
 
 class GroupState {
@@ -151,14 +153,28 @@ class GroupState {
   std::vector<uint64_t> AbortRounds(const std::string& admin,
                                     absl::string_view reason,
                                     PendingCallbacks* callbacks);
+  // FailRounds fails every round in flight with `code` and "<round> <why>",
+  // and returns their seqs.
+  std::vector<uint64_t> FailRounds(absl::StatusCode code, absl::string_view why,
+                                   PendingCallbacks* callbacks);
+
+  // Drain closes the group for a shutdown: identities waiting for it to
+  // form are refused with `why`, a formed epoch starts no new round (a new
+  // seq gets `why`), and once its rounds in flight are over the epoch ends
+  // with `why`.
+  void Drain(const absl::Status& why, PendingCallbacks* callbacks);
 
   // Snapshot is the group's state for a status report.
+  struct MemberSnapshot {
+    std::string identity;
+    bool connected = false;  // false while its broken session may resume
+  };
   struct Snapshot {
     GroupConfig config;
     bool formed = false;
     uint64_t epoch = 0;
-    std::vector<std::string> members;  // by rank, when formed
-    std::vector<std::string> waiting;  // identities waiting to form
+    std::vector<MemberSnapshot> members;  // by rank, when formed
+    std::vector<std::string> waiting;     // identities waiting to form
     std::vector<Round::Progress> rounds;
   };
   Snapshot GetSnapshot() const;

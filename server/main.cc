@@ -105,6 +105,8 @@ int main(int argc, char** argv) {
   int64_t resume_window_mib = 32;
   bool insecure_plaintext = false;
   std::string state_dir;
+  std::string metrics_listen;
+  double drain_timeout = 30;
   app.add_option("--listen", listen,
                  "HOST:PORT to listen on (port 0 picks one)")
       ->capture_default_str();
@@ -165,6 +167,15 @@ int main(int argc, char** argv) {
                  "and rounds in flight there, and a restarted server "
                  "restores them so members resume (needs --resume-grace > "
                  "0; created 0700 if missing)");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT to serve Prometheus metrics on, at /metrics "
+                 "(plain HTTP; default: none)");
+  app.add_option("--drain-timeout", drain_timeout,
+                 "on SIGTERM or SIGINT: seconds rounds in flight get to "
+                 "finish before they are aborted (new joins and rounds are "
+                 "refused at once)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--insecure-plaintext-for-benchmarks", insecure_plaintext,
                "benchmarks only: no TLS, and callers' identities are taken "
                "unverified from a request header; --listen must be a "
@@ -245,6 +256,7 @@ int main(int argc, char** argv) {
     options.limits.state_dir = state_dir;
   }
   options.limits.events = &events;
+  options.metrics_listen = metrics_listen;
 
   // Block the stop and reload signals in every thread; the main thread
   // waits for them.
@@ -270,6 +282,10 @@ int main(int argc, char** argv) {
   }
   std::cerr << "fedgather-server: listening on port " << (*server)->port()
             << (insecure_plaintext ? " (PLAINTEXT, no TLS)" : "") << std::endl;
+  if ((*server)->metrics_port() > 0) {
+    std::cerr << "fedgather-server: metrics on port "
+              << (*server)->metrics_port() << " (/metrics)" << std::endl;
+  }
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
     absl::Status reloaded = (*server)->ReloadPolicy("SIGHUP");
@@ -278,9 +294,15 @@ int main(int argc, char** argv) {
                                 : std::string(reloaded.message()))
               << std::endl;
   }
-  std::cerr << "fedgather-server: signal " << signal_number << ", stopping"
-            << std::endl;
-  absl::Status closed = (*server)->Shutdown();
+  std::cerr << "fedgather-server: signal " << signal_number
+            << ", draining (up to " << drain_timeout << " s)" << std::endl;
+  const int aborted = (*server)->Drain(Seconds(drain_timeout));
+  std::cerr << "fedgather-server: drained"
+            << (aborted > 0 ? absl::StrCat("; aborted ", aborted,
+                                           " round(s) still in flight")
+                            : std::string())
+            << ", stopping" << std::endl;
+  absl::Status closed = (*server)->Shutdown(absl::Seconds(2));
   if (!closed.ok()) {
     std::cerr << "fedgather-server: audit log: " << closed.message()
               << std::endl;

@@ -89,7 +89,11 @@ Round::Progress Round::GetProgress() const {
   for (int r = 0; r < world_; ++r) {
     if (ranks_[r].attached) progress.started.push_back(r);
     if (ranks_[r].ended) progress.complete.push_back(r);
+    progress.bytes_in.push_back(ranks_[r].received_bytes);
+    progress.bytes_out.push_back(ranks_[r].sent_bytes);
   }
+  progress.buffered_bytes = buffered_bytes_;
+  progress.deadline = options_.deadline;
   return progress;
 }
 
@@ -394,13 +398,23 @@ bool Round::PauseIfFullLocked(int rank) {
   return false;
 }
 
+void Round::CountReceivedLocked(int rank, int64_t bytes) {
+  ranks_[rank].received_bytes += bytes;
+  if (options_.metrics == nullptr) return;
+  options_.metrics->BytesIn(options_.group, bytes);
+  if (!first_chunk_seen_) {
+    first_chunk_seen_ = true;
+    options_.metrics->FirstChunk(options_.group,
+                                 absl::Now() - options_.started);
+  }
+}
+
 bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                        PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return false;
   if (!JournalLocked(RoundRecord::kChunk, rank, frame, callbacks)) return false;
-  RankState& state = ranks_[rank];
-  state.received_bytes += payload_bytes;
+  CountReceivedLocked(rank, payload_bytes);
   Append(rank, std::move(frame), payload_bytes, callbacks);
   return PauseIfFullLocked(rank);
 }
@@ -415,7 +429,7 @@ bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
     return false;
   }
   const int64_t size = static_cast<int64_t>(meta.size);
-  ranks_[rank].received_bytes += size;
+  CountReceivedLocked(rank, size);
   const int64_t held_before = reducer_->HeldBytes();
   std::optional<std::string> result =
       reducer_->Add(rank, weights_[rank], static_cast<int>(meta.tensor_index),
@@ -622,6 +636,13 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
   // (StreamLost); the frame stays claimed for the stream that resumes.
   if (!ok && options_.resume_grace > absl::ZeroDuration()) return;
   LogEntry& entry = log_[state.cursor++];
+  if (ok) {
+    const int64_t bytes = static_cast<int64_t>(entry.frame.Length());
+    state.sent_bytes += bytes;
+    if (options_.metrics != nullptr) {
+      options_.metrics->BytesOut(options_.group, bytes);
+    }
+  }
   if (--entry.pending_writes == 0) Release(entry, callbacks);
   if (!ok && !state.lost) {
     state.lost = true;

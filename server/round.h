@@ -36,6 +36,7 @@
 #include "server/journal_file.h"
 #include "server/pending_callbacks.h"
 #include "server/reducer.h"
+#include "server/server_metrics.h"
 
 namespace fedgather::server {
 
@@ -108,6 +109,9 @@ struct RoundOptions {
   // written but it never got.
   int64_t resume_window_bytes = int64_t{32} << 20;
   EventSink* events = nullptr;  // may be null
+  // Counts payload bytes and the time to the first chunk; may be null.
+  ServerMetrics* metrics = nullptr;
+  absl::Time started = absl::InfinitePast();  // when the round was created
   // Called once, through PendingCallbacks, when the round has completed (OK)
   // or failed (its status).
   std::function<void(uint64_t seq, const absl::Status& outcome)> on_finished;
@@ -249,6 +253,11 @@ class Round {
     uint64_t seq = 0;
     std::vector<int> started;
     std::vector<int> complete;
+    // By rank: payload bytes received from it, frame bytes written to it.
+    std::vector<int64_t> bytes_in;
+    std::vector<int64_t> bytes_out;
+    int64_t buffered_bytes = 0;
+    absl::Time deadline = absl::InfiniteFuture();
   };
   Progress GetProgress() const;
 
@@ -266,6 +275,7 @@ class Round {
     std::weak_ptr<RoundStream> stream;
     int64_t expected_bytes = 0;
     int64_t received_bytes = 0;
+    int64_t sent_bytes = 0;  // frame bytes its stream has written
     bool ended = false;
     Sha256Digest digest{};
     size_t cursor = 0;  // next log entry this rank's stream looks at
@@ -356,6 +366,10 @@ class Round {
   // the round with it.
   bool JournaledLocked(const absl::Status& written, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // CountReceivedLocked adds a chunk's payload to `rank`'s upload and to
+  // the metrics.
+  void CountReceivedLocked(int rank, int64_t bytes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WakeAll(PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Wake(int rank, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -369,6 +383,7 @@ class Round {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<JournalFile> journal_ ABSL_GUARDED_BY(mu_);  // may be null
+  bool first_chunk_seen_ ABSL_GUARDED_BY(mu_) = false;
   v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
   int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
   uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;  // BROADCAST's sender

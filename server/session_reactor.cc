@@ -20,6 +20,10 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
   if (!admitted) {
     reactor->Close(admission.status());
   } else {
+    if (ServerMetrics* metrics = registry->metrics(); metrics != nullptr) {
+      metrics->StreamOpened(StreamKind::kSession);
+      reactor->counted_ = true;
+    }
     access->WatchSession(reactor->caller_, reactor);
     reactor->StartRead(&reactor->request_);
   }
@@ -52,6 +56,11 @@ absl::Status SessionReactor::HandleJoin(PendingCallbacks* callbacks) {
           access_->Authorize(caller_, join.group(), Action::kJoin);
       !allowed.ok()) {
     return allowed;
+  }
+  if (registry_->draining() && join.resume_epoch() == 0) {
+    return absl::UnavailableError(
+        "the server is shutting down and takes no new joins; join again once "
+        "it is back");
   }
   absl::StatusOr<IdentityUsage::Lease> lease =
       access_->AcquireGroup(caller_, join.group());
@@ -169,6 +178,7 @@ void SessionReactor::OnCancel() { Lost("its session was cancelled"); }
 
 void SessionReactor::OnDone() {
   Lost("its session finished");
+  if (counted_) registry_->metrics()->StreamClosed(StreamKind::kSession);
   std::shared_ptr<SessionReactor> last = std::move(self_);
 }
 

@@ -74,6 +74,7 @@ class SessionReactor
   IdentityUsage::Lease stream_lease_;  // released when the reactor is freed
   const std::function<absl::Time()> clock_;
   std::shared_ptr<SessionReactor> self_;  // released in OnDone
+  bool counted_ = false;  // an admitted stream, counted in the metrics
 
   // Touched only by the read path (one read in flight).
   v1::SessionRequest request_;

@@ -4,26 +4,18 @@
 // directory. The members, one thread each over mutual TLS, resume their
 // sessions and collectives and get byte-exact results; the next round
 // works; the restarted server reports the restored group.
-#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "common/file_io.h"
+#include "tests/e2e/server_process.h"
 #include "tests/e2e/test_cluster.h"
-
-extern char** environ;
 
 namespace fedgather::testing {
 namespace {
@@ -32,81 +24,6 @@ using ::testing::HasSubstr;
 
 constexpr int kWorld = 3;
 constexpr int64_t kMiB = 1 << 20;
-
-// A fedgather-server process with a state directory, started and
-// SIGKILLed by the test; every start appends to one stderr log.
-class ServerProcess {
- public:
-  explicit ServerProcess(const TestCluster& cluster)
-      : dir_(cluster.dir()), policy_(cluster.policy_path()) {}
-  ~ServerProcess() { Kill(); }
-
-  // Start runs the server on `port` (0: any) and waits for it to listen.
-  void Start(int port) {
-    const std::string port_file = dir_ + "/port";
-    ::unlink(port_file.c_str());
-    std::vector<std::string> args = {FEDGATHER_SERVER_PATH,
-                                     "--listen",
-                                     absl::StrCat("127.0.0.1:", port),
-                                     "--port-file",
-                                     port_file,
-                                     "--cert",
-                                     dir_ + "/server/cert.pem",
-                                     "--key",
-                                     dir_ + "/server/key.pem",
-                                     "--client-ca",
-                                     dir_ + "/ca.pem",
-                                     "--policy",
-                                     policy_,
-                                     "--state-dir",
-                                     state_dir(),
-                                     "--resume-grace",
-                                     "60",
-                                     "--heartbeat-interval",
-                                     "0.2"};
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 2, log_path().c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ASSERT_EQ(
-        posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ),
-        0);
-    posix_spawn_file_actions_destroy(&actions);
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < deadline) {
-      absl::StatusOr<std::string> written = ReadFileToString(port_file);
-      if (written.ok() &&
-          absl::SimpleAtoi(absl::StripAsciiWhitespace(*written), &port_)) {
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    FAIL() << "the server did not start: " << Log();
-  }
-
-  void Kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = 0;
-  }
-
-  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
-  int port() const { return port_; }
-  std::string state_dir() const { return dir_ + "/state"; }
-  std::string log_path() const { return dir_ + "/server.log"; }
-  std::string Log() const { return ReadFileToString(log_path()).value_or(""); }
-
- private:
-  const std::string dir_;
-  const std::string policy_;
-  pid_t pid_ = 0;
-  int port_ = 0;
-};
 
 int64_t FileSize(const std::string& path) {
   struct stat info {};
@@ -124,7 +41,11 @@ size_t CountOf(const std::string& text, const std::string& needle) {
 
 class RestartTest : public ::testing::Test {
  protected:
-  RestartTest() : cluster_(Options()), server_(cluster_) {}
+  RestartTest()
+      : cluster_(Options()),
+        server_(cluster_,
+                {"--state-dir", cluster_.dir() + "/state", "--resume-grace",
+                 "60", "--heartbeat-interval", "0.2"}) {}
 
   static ClusterOptions Options() {
     ClusterOptions options(kWorld);
@@ -157,7 +78,7 @@ class RestartTest : public ::testing::Test {
     absl::Notification restarted;
     std::vector<absl::Status> status(kWorld);
     const std::string journal = absl::StrCat(
-        server_.state_dir(), "/groups/demo/round-", seq, ".journal");
+        (cluster_.dir() + "/state"), "/groups/demo/round-", seq, ".journal");
     RunRanks(kWorld + 1, [&](int r) {
       if (r < 2) {
         status[r] = collective(r);

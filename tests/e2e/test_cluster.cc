@@ -65,6 +65,7 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
     server_options.audit.anchor_every = 50;
   }
   server_options.limits = options.limits;
+  if (options.metrics) server_options.metrics_listen = "127.0.0.1:0";
   server_options.limits.events = &events_;
   server_options.timer_period = absl::Milliseconds(20);
   server_options.certificate_recheck_period =

@@ -51,6 +51,7 @@ struct ClusterOptions {
   // False: provision and write the policy only; the test runs a
   // fedgather-server process itself (address() and server() are unusable).
   bool in_process_server = true;
+  bool metrics = false;  // serve /metrics on 127.0.0.1:0
 };
 
 class TestCluster {

@@ -706,7 +706,12 @@ TEST_F(GroupStateTest, SnapshotReportsMembersWaitingAndRounds) {
   GroupState::Snapshot formed = group_->GetSnapshot();
   EXPECT_TRUE(formed.formed);
   EXPECT_EQ(formed.epoch, 1u);
-  EXPECT_THAT(formed.members, ElementsAre("site-a", "site-b", "site-c"));
+  std::vector<std::string> identities;
+  for (const GroupState::MemberSnapshot& m : formed.members) {
+    identities.push_back(m.identity);
+    EXPECT_TRUE(m.connected) << m.identity;
+  }
+  EXPECT_THAT(identities, ElementsAre("site-a", "site-b", "site-c"));
   EXPECT_THAT(formed.waiting, IsEmpty());
   ASSERT_EQ(formed.rounds.size(), 1u);
   EXPECT_EQ(formed.rounds[0].seq, 0u);

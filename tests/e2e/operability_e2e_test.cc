@@ -1,0 +1,269 @@
+// Operability end to end over real mutual TLS: the Prometheus metrics
+// scraped during and after a round, a drain (health NOT_SERVING, new joins
+// refused, the round in flight finishing or, past the drain timeout,
+// aborted on every rank), and SIGTERM to a real server process with a
+// round in flight.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "tests/e2e/server_process.h"
+#include "tests/e2e/test_cluster.h"
+
+namespace fedgather::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kBytes = 1 << 20;
+
+// Scrape GETs http://127.0.0.1:port/metrics and returns the body.
+std::string Scrape(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(
+      ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  const std::string request =
+      "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  EXPECT_EQ(::write(fd, request.data(), request.size()),
+            static_cast<ssize_t>(request.size()));
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) {
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  EXPECT_NE(body, std::string::npos) << response;
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// Value returns the sample `series` (name and labels, exactly as exposed)
+// of `text`, or -1 when it is absent.
+double Value(const std::string& text, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, series + " ")) {
+      double value = 0;
+      if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) {
+        return value;
+      }
+    }
+  }
+  return -1;
+}
+
+// Gathers kBytes from each rank of `group`; each rank's byte is its rank.
+absl::Status Gather(Group& group) {
+  const int world = group.world_size();
+  std::vector<uint8_t> in(kBytes, static_cast<uint8_t>(group.rank()));
+  std::vector<uint8_t> out(world * kBytes);
+  const ConstHostTensor input{{"w", DType::kU8, {kBytes}}, in.data()};
+  const MutableHostTensor output{{"w", DType::kU8, {world, kBytes}},
+                                 out.data()};
+  if (absl::Status s = group.AllGatherInto({&input, 1}, {&output, 1});
+      !s.ok()) {
+    return s;
+  }
+  for (int r = 0; r < world; ++r) {
+    for (int64_t i = 0; i < kBytes; i += 4093) {
+      if (out[r * kBytes + i] != r) {
+        return absl::DataLossError(absl::StrCat("rank ", r, " byte ", i));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// RunWithRankOneLate runs Gather on both ranks of `members`; rank 1 starts
+// once `before_rank_one` has returned (run on the test thread while rank 0
+// waits in its round).
+std::vector<absl::Status> RunWithRankOneLate(
+    TestCluster& cluster, Members& members,
+    const std::function<void()>& before_rank_one) {
+  std::vector<absl::Status> status(2);
+  std::thread zero([&] { status[0] = Gather(*members.groups[0]); });
+  EXPECT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kContributionComplete &&
+               e.rank == 0;
+      },
+      absl::Seconds(30)));
+  before_rank_one();
+  status[1] = Gather(*members.groups[1]);
+  zero.join();
+  return status;
+}
+
+TEST(MetricsTest, ScrapedDuringAndAfterARound) {
+  ClusterOptions options(2);
+  options.metrics = true;
+  options.audit = true;
+  TestCluster cluster(options);
+  const int port = cluster.server().metrics_port();
+  ASSERT_GT(port, 0);
+  Members members(cluster);
+  std::string during;
+  std::vector<absl::Status> status =
+      RunWithRankOneLate(cluster, members, [&] { during = Scrape(port); });
+  ASSERT_TRUE(status[0].ok()) << status[0];
+  ASSERT_TRUE(status[1].ok()) << status[1];
+
+  // During: one round in flight, rank 0's megabyte in, nothing completed.
+  EXPECT_EQ(Value(during, "fedgather_rounds_in_flight{group=\"demo\"}"), 1)
+      << during;
+  EXPECT_EQ(Value(during, "fedgather_rounds_started_total{group=\"demo\"}"), 1);
+  EXPECT_EQ(
+      Value(during, "fedgather_payload_bytes_received_total{group=\"demo\"}"),
+      kBytes);
+  EXPECT_EQ(Value(during, "fedgather_rounds_completed_total{group=\"demo\"}"),
+            -1);
+  EXPECT_EQ(
+      Value(during, "fedgather_members{group=\"demo\",state=\"connected\"}"),
+      2);
+  EXPECT_EQ(Value(during, "fedgather_streams_active{kind=\"session\"}"), 2);
+  EXPECT_EQ(Value(during, "fedgather_streams_active{kind=\"collective\"}"), 1);
+  EXPECT_EQ(Value(during, "fedgather_buffered_bytes_limit"), 256 << 20);
+
+  // After: one round completed, both megabytes in, each sent once to the
+  // other rank (plus framing), the duration observed once.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  std::string after = Scrape(port);
+  while (Value(after, "fedgather_streams_active{kind=\"collective\"}") != 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    after = Scrape(port);
+  }
+  EXPECT_EQ(Value(after, "fedgather_rounds_completed_total{group=\"demo\"}"), 1)
+      << after;
+  EXPECT_EQ(Value(after, "fedgather_rounds_in_flight{group=\"demo\"}"), 0);
+  EXPECT_EQ(
+      Value(after, "fedgather_payload_bytes_received_total{group=\"demo\"}"),
+      2 * kBytes);
+  const double sent =
+      Value(after, "fedgather_payload_bytes_sent_total{group=\"demo\"}");
+  EXPECT_GT(sent, 2 * kBytes);
+  EXPECT_LT(sent, 2 * kBytes + 4096);
+  EXPECT_EQ(
+      Value(after, "fedgather_round_duration_seconds_count{group=\"demo\"}"),
+      1);
+  EXPECT_EQ(Value(after,
+                  "fedgather_round_time_to_first_byte_seconds_count{group="
+                  "\"demo\"}"),
+            1);
+  EXPECT_EQ(Value(after, "fedgather_streams_active{kind=\"collective\"}"), 0);
+  EXPECT_GT(Value(after, "fedgather_audit_records_written_total"), 0);
+  // A refused join is counted by action and code, with no group label.
+  std::unique_ptr<Client> stranger = cluster.Connect(TestCluster::Site(0));
+  EXPECT_FALSE(stranger->Join({"nope", 2, 0, absl::Seconds(5)}).ok());
+  EXPECT_EQ(Value(Scrape(port),
+                  "fedgather_denials_total{action=\"join\",reason=\"PERMISSION_"
+                  "DENIED\"}"),
+            1);
+}
+
+TEST(DrainTest, TheRoundInFlightFinishesThenTheEpochEnds) {
+  TestCluster cluster(2);
+  Members members(cluster);
+  std::unique_ptr<Client> probe = cluster.Connect(TestCluster::Site(0));
+  ASSERT_TRUE(probe->CheckHealth().ok());
+  int aborted = -1;
+  std::thread drain;
+  std::vector<absl::Status> status = RunWithRankOneLate(cluster, members, [&] {
+    drain = std::thread(
+        [&] { aborted = cluster.server().Drain(absl::Seconds(30)); });
+    // The health service says so at once, and new joins are refused.
+    absl::Status health = probe->CheckHealth();
+    for (int i = 0; i < 500 && health.ok(); ++i) {
+      absl::SleepFor(absl::Milliseconds(10));
+      health = probe->CheckHealth();
+    }
+    EXPECT_EQ(health.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(health.message()), HasSubstr("NOT_SERVING"));
+    absl::StatusOr<std::unique_ptr<Group>> late =
+        probe->Join({"demo", 2, 0, absl::Seconds(5)});
+    EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(late.status().message()),
+                HasSubstr("shutting down"));
+  });
+  drain.join();
+  EXPECT_TRUE(status[0].ok()) << status[0];
+  EXPECT_TRUE(status[1].ok()) << status[1];
+  EXPECT_EQ(aborted, 0);
+  // The epoch ended with the drain: the next collective is refused.
+  const absl::Status next = Gather(*members.groups[0]);
+  EXPECT_FALSE(next.ok());
+  EXPECT_THAT(std::string(next.message()), HasSubstr("shutting down"));
+}
+
+TEST(DrainTest, PastTheDrainTimeoutEveryRankGetsUnavailable) {
+  TestCluster cluster(2);
+  Members members(cluster);
+  std::vector<absl::Status> status = RunWithRankOneLate(cluster, members, [&] {
+    EXPECT_EQ(cluster.server().Drain(absl::Milliseconds(300)), 1);
+  });
+  // Rank 0's round failed; rank 1 came after its epoch had ended.
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(status[r].code(), absl::StatusCode::kUnavailable) << status[r];
+    EXPECT_THAT(std::string(status[r].message()), HasSubstr("shutting down"));
+  }
+  EXPECT_THAT(std::string(status[0].message()),
+              HasSubstr("was still in flight when the server's drain timeout "
+                        "(300ms) ran out"));
+}
+
+TEST(DrainTest, SigtermLetsARoundInFlightFinishAndExitsZero) {
+  ClusterOptions options(2);
+  options.in_process_server = false;
+  TestCluster cluster(options);
+  ServerProcess server(cluster, {"--drain-timeout", "30"});
+  server.Start(0);
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<Group>> groups(2);
+  for (int r = 0; r < 2; ++r) {
+    clients.push_back(
+        cluster.ConnectVia(TestCluster::Site(r), server.address()));
+  }
+  RunRanks(2, [&](int r) {
+    auto group = clients[r]->Join({"demo", 2, r, absl::Seconds(30)});
+    ASSERT_TRUE(group.ok()) << group.status();
+    groups[r] = *std::move(group);
+  });
+  ASSERT_EQ(groups.size(), 2u);
+  std::vector<absl::Status> status(2);
+  std::thread zero([&] { status[0] = Gather(*groups[0]); });
+  // Rank 0 waits in the round; SIGTERM arrives; then rank 1 contributes.
+  absl::SleepFor(absl::Milliseconds(300));
+  int exit_code = -2;
+  std::thread stop([&] { exit_code = server.Stop(absl::Seconds(60)); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (server.Log().find("draining") == std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  status[1] = Gather(*groups[1]);
+  zero.join();
+  stop.join();
+  EXPECT_TRUE(status[0].ok()) << status[0] << "\n" << server.Log();
+  EXPECT_TRUE(status[1].ok()) << status[1];
+  EXPECT_EQ(exit_code, 0) << server.Log();
+  EXPECT_THAT(server.Log(), HasSubstr("draining (up to 30 s)"));
+  EXPECT_THAT(server.Log(), HasSubstr("drained, stopping"));
+}
+
+}  // namespace
+}  // namespace fedgather::testing

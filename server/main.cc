@@ -17,44 +17,13 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/tls_credentials.h"
-#include "server/event_sink.h"
+#include "server/event_log.h"
 #include "server/fedgather_server.h"
 
 namespace {
 
-using fedgather::server::EventKindName;
-using fedgather::server::EventSink;
-using fedgather::server::ServerEvent;
-
-// Writes one line per event to stderr.
-class StderrEventLog : public EventSink {
- public:
-  void OnEvent(const ServerEvent& event) override {
-    std::string line =
-        absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
-                                      absl::UTCTimeZone()),
-                     " ", EventKindName(event.kind));
-    if (!event.action.empty()) absl::StrAppend(&line, " action=", event.action);
-    if (!event.group.empty()) absl::StrAppend(&line, " group=", event.group);
-    if (event.epoch > 0) absl::StrAppend(&line, " epoch=", event.epoch);
-    if (event.seq.has_value()) absl::StrAppend(&line, " seq=", *event.seq);
-    if (event.rank >= 0) absl::StrAppend(&line, " rank=", event.rank);
-    if (!event.identity.empty())
-      absl::StrAppend(&line, " identity=", event.identity);
-    if (!event.peer.empty()) absl::StrAppend(&line, " peer=", event.peer);
-    if (event.bytes > 0) absl::StrAppend(&line, " bytes=", event.bytes);
-    for (const auto& [key, value] : event.details) {
-      absl::StrAppend(&line, " ", key, "=", value);
-    }
-    if (!event.status.ok())
-      absl::StrAppend(&line, " status=", event.status.ToString());
-    absl::MutexLock lock(&mu_);
-    std::cerr << line << std::endl;
-  }
-
- private:
-  absl::Mutex mu_;
-};
+using fedgather::server::EventLog;
+using fedgather::server::LogLevel;
 
 absl::StatusOr<fedgather::server::AuditFsync> ParseFsync(
     const std::string& text) {
@@ -107,6 +76,7 @@ int main(int argc, char** argv) {
   std::string state_dir;
   std::string metrics_listen;
   double drain_timeout = 30;
+  std::string log_format = "json", log_level = "info";
   app.add_option("--listen", listen,
                  "HOST:PORT to listen on (port 0 picks one)")
       ->capture_default_str();
@@ -176,6 +146,11 @@ int main(int argc, char** argv) {
                  "refused at once)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-format", log_format,
+                 "json (one object per line) or text")
+      ->capture_default_str();
+  app.add_option("--log-level", log_level, "debug, info, warning or error")
+      ->capture_default_str();
   app.add_flag("--insecure-plaintext-for-benchmarks", insecure_plaintext,
                "benchmarks only: no TLS, and callers' identities are taken "
                "unverified from a request header; --listen must be a "
@@ -231,7 +206,16 @@ int main(int argc, char** argv) {
     std::cerr << "fedgather-server: " << ciphers.message() << std::endl;
     return 2;
   }
-  StderrEventLog events;
+  absl::StatusOr<fedgather::server::LogFormat> format =
+      fedgather::server::ParseLogFormat(log_format);
+  absl::StatusOr<LogLevel> level = fedgather::server::ParseLogLevel(log_level);
+  if (!format.ok() || !level.ok()) {
+    std::cerr << "fedgather-server: "
+              << (format.ok() ? level.status() : format.status()).message()
+              << std::endl;
+    return 2;
+  }
+  EventLog events(&std::cerr, *format, *level);
   options.limits.round_timeout = Seconds(round_timeout);
   options.limits.join_timeout = Seconds(join_timeout);
   options.limits.heartbeat_interval = Seconds(heartbeat_interval);
@@ -269,43 +253,46 @@ int main(int argc, char** argv) {
 
   auto server = fedgather::server::FedgatherServer::Start(std::move(options));
   if (!server.ok()) {
-    std::cerr << "fedgather-server: " << server.status().message() << std::endl;
+    events.Log(LogLevel::kError, server.status().message());
     return 1;
   }
   if (!port_file.empty()) {
     absl::Status written = fedgather::WriteStringToFile(
         port_file, absl::StrCat((*server)->port(), "\n"));
     if (!written.ok()) {
-      std::cerr << "fedgather-server: " << written.message() << std::endl;
+      events.Log(LogLevel::kError, written.message());
       return 1;
     }
   }
-  std::cerr << "fedgather-server: listening on port " << (*server)->port()
-            << (insecure_plaintext ? " (PLAINTEXT, no TLS)" : "") << std::endl;
+  events.Log(LogLevel::kInfo,
+             absl::StrCat("listening on port ", (*server)->port(),
+                          insecure_plaintext ? " (PLAINTEXT, no TLS)" : ""));
   if ((*server)->metrics_port() > 0) {
-    std::cerr << "fedgather-server: metrics on port "
-              << (*server)->metrics_port() << " (/metrics)" << std::endl;
+    events.Log(LogLevel::kInfo,
+               absl::StrCat("metrics on port ", (*server)->metrics_port(),
+                            " (/metrics)"));
   }
   int signal_number = 0;
   while (sigwait(&signals, &signal_number) == 0 && signal_number == SIGHUP) {
     absl::Status reloaded = (*server)->ReloadPolicy("SIGHUP");
-    std::cerr << "fedgather-server: SIGHUP: "
-              << (reloaded.ok() ? "policy reloaded"
-                                : std::string(reloaded.message()))
-              << std::endl;
+    events.Log(reloaded.ok() ? LogLevel::kInfo : LogLevel::kWarning,
+               absl::StrCat("SIGHUP: ", reloaded.ok() ? "policy reloaded"
+                                                      : reloaded.message()));
   }
-  std::cerr << "fedgather-server: signal " << signal_number
-            << ", draining (up to " << drain_timeout << " s)" << std::endl;
+  events.Log(LogLevel::kInfo,
+             absl::StrCat("signal ", signal_number, ", draining (up to ",
+                          drain_timeout, " s)"));
   const int aborted = (*server)->Drain(Seconds(drain_timeout));
-  std::cerr << "fedgather-server: drained"
-            << (aborted > 0 ? absl::StrCat("; aborted ", aborted,
-                                           " round(s) still in flight")
-                            : std::string())
-            << ", stopping" << std::endl;
+  events.Log(aborted > 0 ? LogLevel::kWarning : LogLevel::kInfo,
+             absl::StrCat("drained",
+                          aborted > 0 ? absl::StrCat("; aborted ", aborted,
+                                                     " round(s) still in "
+                                                     "flight")
+                                      : "",
+                          ", stopping"));
   absl::Status closed = (*server)->Shutdown(absl::Seconds(2));
   if (!closed.ok()) {
-    std::cerr << "fedgather-server: audit log: " << closed.message()
-              << std::endl;
+    events.Log(LogLevel::kError, absl::StrCat("audit log: ", closed.message()));
     return 1;
   }
   return 0;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/file_io.h"
 #include "tests/e2e/server_process.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -263,6 +265,61 @@ TEST(DrainTest, SigtermLetsARoundInFlightFinishAndExitsZero) {
   EXPECT_EQ(exit_code, 0) << server.Log();
   EXPECT_THAT(server.Log(), HasSubstr("draining (up to 30 s)"));
   EXPECT_THAT(server.Log(), HasSubstr("drained, stopping"));
+}
+
+TEST(LogTest, JsonLinesWithoutTensorBytesOrKeyMaterial) {
+  ClusterOptions options(2);
+  options.in_process_server = false;
+  TestCluster cluster(options);
+  ServerProcess server(cluster,
+                       {"--log-format", "json", "--log-level", "debug"});
+  server.Start(0);
+  const std::string secret = "FEDGATHER-SECRET-7f3a9c";
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int r = 0; r < 2; ++r) {
+    clients.push_back(
+        cluster.ConnectVia(TestCluster::Site(r), server.address()));
+  }
+  RunRanks(2, [&](int r) {
+    auto group = clients[r]->Join({"demo", 2, r, absl::Seconds(30)});
+    ASSERT_TRUE(group.ok()) << group.status();
+    auto gathered = (*group)->AllGatherBytes(absl::StrCat(secret, r));
+    ASSERT_TRUE(gathered.ok()) << gathered.status();
+    EXPECT_EQ((*gathered)[1 - r], absl::StrCat(secret, 1 - r));
+    auto barrier = (*group)->AllGatherBytes("");
+    ASSERT_TRUE(barrier.ok()) << barrier.status();
+  });
+  ASSERT_EQ(server.Stop(absl::Seconds(30)), 0);
+  const std::string log = server.Log();
+  EXPECT_EQ(log.find(secret), std::string::npos) << log;
+  EXPECT_EQ(log.find("PRIVATE KEY"), std::string::npos);
+  // Nor any line of the server's or a participant's private key.
+  for (const std::string& key :
+       {cluster.dir() + "/server/key.pem", cluster.dir() + "/site-1/key.pem"}) {
+    const std::string pem = ReadFileToString(key).value();
+    for (absl::string_view line : absl::StrSplit(pem, '\n')) {
+      if (line.size() > 16 && !absl::StartsWith(line, "-----")) {
+        EXPECT_EQ(log.find(std::string(line)), std::string::npos) << key;
+      }
+    }
+  }
+  // Every line is a JSON object with a time and a level; round events
+  // carry the group, epoch, seq and rank.
+  int round_events = 0;
+  for (absl::string_view line : absl::StrSplit(log, '\n', absl::SkipEmpty())) {
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_TRUE(record.is_object()) << line;
+    EXPECT_TRUE(record.contains("time")) << line;
+    EXPECT_TRUE(record.contains("level")) << line;
+    if (record.value("event", "") == "contribution_complete") {
+      ++round_events;
+      EXPECT_EQ(record.value("group", ""), "demo") << line;
+      EXPECT_EQ(record.value("epoch", 0), 1) << line;
+      EXPECT_TRUE(record.contains("seq")) << line;
+      EXPECT_TRUE(record.contains("rank")) << line;
+    }
+  }
+  EXPECT_EQ(round_events, 4);  // two rounds of two ranks
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/generic/generic_stub.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -73,6 +74,11 @@ struct CollectiveOptions {
   int64_t break_after_bytes_sent = -1;
   int64_t break_after_frames_received = -1;
 };
+
+// The bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES), kept as bytes so
+// that this header and fg_client need no NCCL.
+inline constexpr size_t kNcclUniqueIdBytes = 128;
+using NcclUniqueIdBytes = std::array<uint8_t, kNcclUniqueIdBytes>;
 
 class Group {
  public:
@@ -154,6 +160,19 @@ class Group {
                         absl::Span<const MutableHostTensor> outputs,
                         v1::ReduceOp op, double weight = 1,
                         const CollectiveOptions& options = {});
+
+  // ShareNcclUniqueId bootstraps a cross-node NCCL communicator: rank 0
+  // creates an ncclUniqueId (ncclGetUniqueId) and every member receives it
+  // over this group's authenticated collective, so only the members the
+  // policy admitted to this epoch get it; the server's audit log records
+  // its SHA-256, never its bytes, and nothing logs them. It is a collective
+  // (one ALL_GATHER_BYTES seq): every member calls it at the same point.
+  // Rank 0's failure to create one is FAILED_PRECONDITION on every rank.
+  // Defined in fg_client_nccl (client/nccl/group_nccl.cc), built when
+  // fedgather/config.h says FEDGATHER_HAVE_NCCL; link it to use this. NCCL's
+  // own traffic over the communicator is not encrypted (docs/security.md).
+  absl::StatusOr<NcclUniqueIdBytes> ShareNcclUniqueId(
+      const CollectiveOptions& options = {});
 
   // torch adapter (fg_client_torch). Inputs must be contiguous CPU tensors.
   // AllGather returns [world, *shape].

@@ -1,0 +1,182 @@
+#include "client/nccl/nccl_local_collective.h"
+
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/nccl/nccl_status.h"
+#include "common/status_macros.h"
+
+namespace fedgather {
+
+NcclLocalCollective::NcclLocalCollective(std::vector<int> devices)
+    : devices_(std::move(devices)) {
+  stats_.host_to_device_bytes.resize(devices_.size());
+  stats_.device_to_host_bytes.resize(devices_.size());
+}
+
+absl::StatusOr<std::unique_ptr<NcclLocalCollective>>
+NcclLocalCollective::Create(std::vector<int> cuda_devices) {
+  FG_ASSIGN_OR_RETURN(const int visible, CudaDeviceCount());
+  if (cuda_devices.empty()) {
+    for (int d = 0; d < visible; ++d) cuda_devices.push_back(d);
+  }
+  std::set<int> seen;
+  for (int d : cuda_devices) {
+    if (d < 0 || d >= visible || !seen.insert(d).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA device ", d, " is out of range (", visible,
+                       " visible) or named twice"));
+    }
+  }
+  std::unique_ptr<NcclLocalCollective> local(
+      new NcclLocalCollective(std::move(cuda_devices)));
+  for (int d : local->devices_) {
+    FG_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(d), "cudaSetDevice"));
+    cudaStream_t stream = nullptr;
+    FG_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                   absl::StrCat("cudaStreamCreate on device ", d)));
+    local->streams_.push_back(stream);
+  }
+  std::vector<ncclComm_t> comms(local->devices_.size(), nullptr);
+  FG_RETURN_IF_ERROR(NcclStatus(
+      ncclCommInitAll(comms.data(), static_cast<int>(comms.size()),
+                      local->devices_.data()),
+      absl::StrCat("ncclCommInitAll over ", comms.size(), " devices")));
+  local->comms_ = std::move(comms);
+  return local;
+}
+
+NcclLocalCollective::~NcclLocalCollective() {
+  (void)Synchronize();
+  for (ncclComm_t comm : comms_) {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+  for (size_t g = 0; g < streams_.size(); ++g) {
+    cudaSetDevice(devices_[g]);
+    cudaStreamDestroy(streams_[g]);
+  }
+}
+
+absl::Status NcclLocalCollective::CheckDevice(int device) const {
+  if (device < 0 || device >= device_count()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device ", device, " is not one of the ", device_count(),
+                     " local devices"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LocalBuffer> NcclLocalCollective::AllocateDevice(int device,
+                                                                int64_t bytes) {
+  FG_RETURN_IF_ERROR(CheckDevice(device));
+  const int cuda = devices_[device];
+  FG_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(cuda), "cudaSetDevice"));
+  void* data = nullptr;
+  FG_RETURN_IF_ERROR(CudaStatus(
+      cudaMalloc(&data, static_cast<size_t>(bytes > 0 ? bytes : 1)),
+      absl::StrCat("cudaMalloc of ", bytes, " bytes on CUDA device ", cuda)));
+  return LocalBuffer(device, data, bytes, [cuda](void* p) {
+    cudaSetDevice(cuda);
+    cudaFree(p);
+  });
+}
+
+absl::StatusOr<LocalBuffer> NcclLocalCollective::AllocateHost(int64_t bytes) {
+  void* data = nullptr;
+  FG_RETURN_IF_ERROR(CudaStatus(
+      cudaHostAlloc(&data, static_cast<size_t>(bytes > 0 ? bytes : 1),
+                    cudaHostAllocPortable),
+      absl::StrCat("cudaHostAlloc of ", bytes, " pinned bytes")));
+  return LocalBuffer(LocalBuffer::kHost, data, bytes,
+                     [](void* p) { cudaFreeHost(p); });
+}
+
+absl::Status NcclLocalCollective::Copy(int device, void* dst, const void* src,
+                                       int64_t bytes, cudaMemcpyKind kind) {
+  FG_RETURN_IF_ERROR(CheckDevice(device));
+  if (bytes == 0) return absl::OkStatus();
+  FG_RETURN_IF_ERROR(
+      CudaStatus(cudaSetDevice(devices_[device]), "cudaSetDevice"));
+  FG_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), kind,
+                                 streams_[device]),
+                 absl::StrCat("cudaMemcpyAsync of ", bytes, " bytes ",
+                              kind == cudaMemcpyHostToDevice ? "to" : "from",
+                              " CUDA device ", devices_[device])));
+  absl::MutexLock lock(&mu_);
+  (kind == cudaMemcpyHostToDevice ? stats_.host_to_device_bytes
+                                  : stats_.device_to_host_bytes)[device] +=
+      bytes;
+  return absl::OkStatus();
+}
+
+absl::Status NcclLocalCollective::CopyToDevice(int device, void* dst,
+                                               const void* src, int64_t bytes) {
+  return Copy(device, dst, src, bytes, cudaMemcpyHostToDevice);
+}
+
+absl::Status NcclLocalCollective::CopyToHost(int device, void* dst,
+                                             const void* src, int64_t bytes) {
+  return Copy(device, dst, src, bytes, cudaMemcpyDeviceToHost);
+}
+
+absl::Status NcclLocalCollective::AllGather(
+    absl::Span<const LocalAllGather> ops) {
+  for (const LocalAllGather& op : ops) {
+    FG_RETURN_IF_ERROR(CheckLocalAllGather(*this, op));
+  }
+  FG_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
+  absl::Status status;
+  int64_t run = 0;
+  for (const LocalAllGather& op : ops) {
+    if (op.bytes == 0) continue;
+    ++run;
+    for (int g = 0; g < device_count() && status.ok(); ++g) {
+      status = NcclStatus(
+          ncclAllGather(op.sends[g], op.recvs[g], static_cast<size_t>(op.bytes),
+                        ncclInt8, comms_[g], streams_[g]),
+          absl::StrCat("ncclAllGather of ", op.bytes, " bytes on device ", g),
+          comms_[g]);
+    }
+  }
+  // A group that was started is ended, whatever happened inside it.
+  const absl::Status ended = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");
+  FG_RETURN_IF_ERROR(status);
+  FG_RETURN_IF_ERROR(ended);
+  absl::MutexLock lock(&mu_);
+  stats_.all_gathers += run;
+  return absl::OkStatus();
+}
+
+absl::Status NcclLocalCollective::Synchronize() {
+  absl::Status first;
+  for (size_t g = 0; g < streams_.size(); ++g) {
+    absl::Status status =
+        CudaStatus(cudaSetDevice(devices_[g]), "cudaSetDevice");
+    if (status.ok()) {
+      status = CudaStatus(
+          cudaStreamSynchronize(streams_[g]),
+          absl::StrCat("cudaStreamSynchronize on CUDA device ", devices_[g]));
+    }
+    if (status.ok() && g < comms_.size()) {
+      ncclResult_t async = ncclSuccess;
+      status = NcclStatus(ncclCommGetAsyncError(comms_[g], &async),
+                          "ncclCommGetAsyncError", comms_[g]);
+      if (status.ok()) {
+        status =
+            NcclStatus(async, "NCCL on device " + std::to_string(g), comms_[g]);
+      }
+    }
+    if (first.ok()) first = status;
+  }
+  return first;
+}
+
+LocalTransferStats NcclLocalCollective::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+}  // namespace fedgather

@@ -1,0 +1,66 @@
+// NcclLocalCollective: a LocalCollective over this node's GPUs, driven from
+// one process: one NCCL communicator across them (ncclCommInitAll), one
+// non-blocking CUDA stream per GPU, device memory from cudaMalloc and
+// page-locked (pinned, portable) host memory from cudaHostAlloc, which is
+// what the hierarchical all_gather stages the host result in. Part of
+// fg_client_nccl, built when fedgather/config.h says FEDGATHER_HAVE_NCCL.
+#ifndef FEDGATHER_CLIENT_NCCL_NCCL_LOCAL_COLLECTIVE_H_
+#define FEDGATHER_CLIENT_NCCL_NCCL_LOCAL_COLLECTIVE_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "client/nccl/local_collective.h"
+
+namespace fedgather {
+
+class NcclLocalCollective : public LocalCollective {
+ public:
+  // Create initializes NCCL over `cuda_devices` (CUDA ordinals; empty:
+  // every visible device, in order); local device g is cuda_devices[g].
+  // Blocks while NCCL initializes. Errors: UNAVAILABLE when there is no
+  // CUDA device or driver (the runtime's reason), INVALID_ARGUMENT for an
+  // ordinal out of range or repeated, NCCL's init error otherwise.
+  static absl::StatusOr<std::unique_ptr<NcclLocalCollective>> Create(
+      std::vector<int> cuda_devices = {});
+  // Waits for the streams, then destroys the communicators and streams.
+  // Buffers it allocated must be gone first.
+  ~NcclLocalCollective() override;
+
+  int device_count() const override {
+    return static_cast<int>(devices_.size());
+  }
+  const std::vector<int>& cuda_devices() const { return devices_; }
+
+  absl::StatusOr<LocalBuffer> AllocateDevice(int device,
+                                             int64_t bytes) override;
+  absl::StatusOr<LocalBuffer> AllocateHost(int64_t bytes) override;
+  absl::Status CopyToDevice(int device, void* dst, const void* src,
+                            int64_t bytes) override;
+  absl::Status CopyToHost(int device, void* dst, const void* src,
+                          int64_t bytes) override;
+  absl::Status AllGather(absl::Span<const LocalAllGather> ops) override;
+  absl::Status Synchronize() override;
+  LocalTransferStats stats() const override;
+
+ private:
+  NcclLocalCollective(std::vector<int> devices);
+  absl::Status CheckDevice(int device) const;
+  absl::Status Copy(int device, void* dst, const void* src, int64_t bytes,
+                    cudaMemcpyKind kind);
+
+  const std::vector<int> devices_;
+  std::vector<cudaStream_t> streams_;
+  std::vector<ncclComm_t> comms_;
+  mutable absl::Mutex mu_;
+  LocalTransferStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fedgather
+
+#endif  // FEDGATHER_CLIENT_NCCL_NCCL_LOCAL_COLLECTIVE_H_

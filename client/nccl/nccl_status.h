@@ -1,0 +1,41 @@
+// The one place where CUDA runtime and NCCL errors become absl::Status
+// (STYLE.md practice 3). Messages carry cudaGetErrorName/cudaGetErrorString
+// or ncclGetErrorString (and ncclGetLastError's detail).
+#ifndef FEDGATHER_CLIENT_NCCL_NCCL_STATUS_H_
+#define FEDGATHER_CLIENT_NCCL_NCCL_STATUS_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace fedgather {
+
+// CudaStatus: OK for cudaSuccess; else "<what>: <name>: <string>" with
+//   RESOURCE_EXHAUSTED  cudaErrorMemoryAllocation
+//   INVALID_ARGUMENT    cudaErrorInvalidValue, cudaErrorInvalidDevice
+//   UNAVAILABLE         no device or no usable driver (cudaErrorNoDevice,
+//                       cudaErrorInsufficientDriver,
+//                       cudaErrorDevicesUnavailable)
+//   INTERNAL            anything else
+absl::Status CudaStatus(cudaError_t error, absl::string_view what);
+
+// NcclStatus: OK for ncclSuccess; else "<what>: <ncclGetErrorString>" (and
+// ncclGetLastError(comm)'s text when there is one) with
+//   INVALID_ARGUMENT  ncclInvalidArgument, ncclInvalidUsage
+//   UNAVAILABLE       ncclSystemError, ncclRemoteError (a peer or the
+//                     network failed)
+//   INTERNAL          anything else (ncclUnhandledCudaError, ncclInternalError)
+absl::Status NcclStatus(ncclResult_t result, absl::string_view what,
+                        ncclComm_t comm = nullptr);
+
+// CudaDeviceCount returns how many CUDA devices this process sees; the
+// CUDA runtime's error when it cannot tell (UNAVAILABLE without a driver),
+// and UNAVAILABLE when it sees none. Tests skip on an error from it.
+absl::StatusOr<int> CudaDeviceCount();
+
+}  // namespace fedgather
+
+#endif  // FEDGATHER_CLIENT_NCCL_NCCL_STATUS_H_

@@ -12,10 +12,16 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "client/nccl/cpu_local_collective.h"
+#include "client/nccl/stacked_gather.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tls_credentials.h"
+#include "fedgather/config.h"
+#if FEDGATHER_HAVE_NCCL
+#include "client/nccl/nccl_local_collective.h"
+#endif
 
 namespace fedgather::cli {
 namespace {
@@ -136,6 +142,48 @@ absl::StatusOr<Result> AllReduce(Group& group,
   return result;
 }
 
+// MakeLocalCollective returns the node's `gpus` GPUs (CUDA devices 0..G-1),
+// or their emulation in host memory.
+absl::StatusOr<std::unique_ptr<LocalCollective>> MakeLocalCollective(
+    int gpus, bool emulate) {
+  if (emulate) return std::make_unique<CpuLocalCollective>(gpus);
+#if FEDGATHER_HAVE_NCCL
+  std::vector<int> devices;
+  for (int g = 0; g < gpus; ++g) devices.push_back(g);
+  absl::StatusOr<std::unique_ptr<NcclLocalCollective>> nccl =
+      NcclLocalCollective::Create(devices);
+  if (!nccl.ok()) {
+    return absl::Status(
+        nccl.status().code(),
+        absl::StrCat("--gpus ", gpus, ": ", nccl.status().message(),
+                     "; --emulate-gpus runs the same path in host memory"));
+  }
+  return std::unique_ptr<LocalCollective>(std::move(*nccl));
+#else
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--gpus ", gpus,
+      ": this fedgather was built without NCCL (FEDGATHER_WITH_NCCL); "
+      "--emulate-gpus runs the same path in host memory"));
+#endif
+}
+
+// AllGatherToGpus runs the hierarchical all_gather of a node's stacked
+// inputs (client/nccl/stacked_gather.h) and keeps the host result.
+absl::StatusOr<Result> AllGatherToGpus(Group& group, LocalCollective& local,
+                                       absl::Span<const ConstHostTensor> inputs,
+                                       const CollectiveOptions& options) {
+  FG_ASSIGN_OR_RETURN(DeviceGatherResult gathered,
+                      AllGatherStackedToDevices(group, local, inputs, options));
+  Result result;
+  for (size_t t = 0; t < gathered.tensors.size(); ++t) {
+    const uint8_t* data = gathered.buffers[t].bytes_data();
+    result.Add(gathered.tensors[t].spec,
+               std::vector<uint8_t>(data, data + gathered.buffers[t].bytes()));
+  }
+  result.metadata["fedgather.gpus"] = absl::StrCat(local.device_count());
+  return result;
+}
+
 absl::StatusOr<v1::ReduceOp> ParseReduce(const std::string& name) {
   v1::ReduceOp op;
   if (!v1::ReduceOp_Parse(absl::AsciiStrToUpper(name), &op) ||
@@ -159,6 +207,15 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
         "all_reduce, broadcast"));
   }
   FG_ASSIGN_OR_RETURN(const v1::ReduceOp reduce, ParseReduce(options.reduce));
+  if (options.gpus < 0 || (options.gpus > 0 && options.op != "all_gather")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus ", options.gpus, " takes a positive count, with all_gather"));
+  }
+  std::unique_ptr<LocalCollective> local;
+  if (options.gpus > 0) {
+    FG_ASSIGN_OR_RETURN(
+        local, MakeLocalCollective(options.gpus, options.emulate_gpus));
+  }
   std::string raw_input;
   std::vector<ConstHostTensor> inputs;
   std::optional<SafetensorsFile> input;
@@ -196,7 +253,8 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
           ? Broadcast(*group, inputs, options.root, collective)
       : options.op == "all_reduce"
           ? AllReduce(*group, inputs, reduce, options.weight, collective)
-          : AllGather(*group, inputs, collective);
+      : local != nullptr ? AllGatherToGpus(*group, *local, inputs, collective)
+                         : AllGather(*group, inputs, collective);
   if (!result.ok()) return result.status();
   const absl::Duration took = absl::Now() - start;
 

@@ -27,6 +27,14 @@ struct JoinCommandOptions {
   // (its example count) for weighted_mean.
   std::string reduce = "sum";
   double weight = 1;
+  // all_gather only: this node has `gpus` local GPUs (global rank =
+  // rank * gpus + g); each input tensor is [gpus, *shape], slice g for GPU
+  // g. The hierarchical all_gather (client/nccl) hands the result to every
+  // GPU, checks each GPU's copy against the host's and writes the host's,
+  // [N * gpus, *shape]. Needs a build with NCCL and that many CUDA devices;
+  // `emulate_gpus` runs the same path on host memory (CpuLocalCollective).
+  int gpus = 0;
+  bool emulate_gpus = false;
   std::string input;   // safetensors; for all_gather_bytes any file
   std::string output;  // safetensors, see RunJoin
   absl::Duration timeout = absl::Minutes(5);
@@ -42,7 +50,9 @@ struct JoinCommandOptions {
 //                     "bytes.R"
 //   all_reduce        the reduction under each input name and shape
 //   broadcast         the root's tensors under each input name and shape
-// Its metadata maps "fedgather.rank.R" to the identity of rank R. Prints a
+// With `gpus`, all_gather writes [N * gpus, *shape] and metadata
+// "fedgather.gpus". Its metadata maps "fedgather.rank.R" to the identity of
+// rank R (a node, with `gpus`). Prints a
 // one-line summary to stdout. Blocks.
 absl::Status RunJoin(const JoinCommandOptions& options);
 

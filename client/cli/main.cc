@@ -94,6 +94,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   join_cmd->add_option("--root", join.root, "broadcast: the sending rank")
       ->capture_default_str();
+  join_cmd
+      ->add_option("--gpus", join.gpus,
+                   "all_gather on this node's G GPUs: each input is [G, ...], "
+                   "slice g for GPU g; writes [N*G, ...] (docs/gpu.md)")
+      ->check(CLI::PositiveNumber);
+  join_cmd->add_flag("--emulate-gpus", join.emulate_gpus,
+                     "with --gpus: emulate the GPUs in host memory");
   join_cmd->add_flag(
       "--insecure-plaintext-for-benchmarks",
       join.insecure_plaintext_for_benchmarks,

@@ -19,6 +19,7 @@
 #include "common/tls_credentials.h"
 #include "server/event_log.h"
 #include "server/fedgather_server.h"
+#include "server/yaml_config.h"
 
 namespace {
 
@@ -151,6 +152,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-level", log_level, "debug, info, warning or error")
       ->capture_default_str();
+  app.config_formatter(std::make_shared<fedgather::server::YamlConfig>());
+  app.set_config("--config", "",
+                 "YAML file of flags (names without the leading --, e.g. "
+                 "'listen: 0.0.0.0:50051'); flags given here take precedence "
+                 "(example: deploy/fedgather-server.example.yaml)");
+  app.allow_config_extras(false);
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "print the settings the flags and --config make, as YAML, and "
+               "exit")
+      ->configurable(false);
   app.add_flag("--insecure-plaintext-for-benchmarks", insecure_plaintext,
                "benchmarks only: no TLS, and callers' identities are taken "
                "unverified from a request header; --listen must be a "
@@ -158,9 +170,24 @@ int main(int argc, char** argv) {
                "signs the audit log)");
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 says "INI was not able to parse KEY" for a key that is no flag.
+    std::string message = e.what();
+    const std::string unknown = "INI was not able to parse ";
+    if (message.rfind(unknown, 0) == 0) {
+      message = "unknown key '" + message.substr(unknown.size()) +
+                "' (keys are fedgather-server's flags without the leading --)";
+    }
+    std::cerr << "fedgather-server: --config: " << message << std::endl;
+    return 2;
   } catch (const CLI::ParseError& e) {
     // --help exits 0; every usage error exits 2.
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (check_config) {
+    std::cout << app.config_to_str(/*default_also=*/true,
+                                   /*write_description=*/false);
+    return 0;
   }
 
   fedgather::server::ServerOptions options;

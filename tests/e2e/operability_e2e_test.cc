@@ -322,5 +322,35 @@ TEST(LogTest, JsonLinesWithoutTensorBytesOrKeyMaterial) {
   EXPECT_EQ(round_events, 4);  // two rounds of two ranks
 }
 
+TEST(ConfigTest, TheExampleConfigLoadsAndFlagsTakePrecedence) {
+  const std::string example = std::string(FEDGATHER_SOURCE_DIR) +
+                              "/deploy/fedgather-server.example.yaml";
+  std::string out, err;
+  ASSERT_EQ(RunServerBinary({"--config", example, "--listen", "127.0.0.1:7",
+                             "--check-config"},
+                            &out, &err),
+            0)
+      << err;
+  // The file's settings, except the one the command line overrides.
+  EXPECT_THAT(out, HasSubstr("listen: 127.0.0.1:7\n"));
+  EXPECT_THAT(out, HasSubstr("state-dir: /var/lib/fedgather/state\n"));
+  EXPECT_THAT(out, HasSubstr("metrics-listen: 0.0.0.0:9090\n"));
+  EXPECT_THAT(out, HasSubstr("audit-fsync: group\n"));
+  EXPECT_THAT(out, HasSubstr("log-format: json\n"));
+
+  // A key that is no flag is refused, by name.
+  const std::string bad = ::testing::TempDir() + "bad-config.yaml";
+  ASSERT_TRUE(
+      WriteStringToFile(bad, "listen: 0.0.0.0:1\nlisten-port: 9\n").ok());
+  EXPECT_EQ(RunServerBinary({"--config", bad, "--check-config"}, &out, &err),
+            2);
+  EXPECT_THAT(err, HasSubstr("--config: unknown key 'listen-port'"));
+  // So is a file that is not a map.
+  ASSERT_TRUE(WriteStringToFile(bad, "- listen\n").ok());
+  EXPECT_EQ(RunServerBinary({"--config", bad, "--check-config"}, &out, &err),
+            2);
+  EXPECT_THAT(err, HasSubstr("must be a map of flag names to values"));
+}
+
 }  // namespace
 }  // namespace fedgather::testing

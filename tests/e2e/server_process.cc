@@ -88,6 +88,37 @@ int ServerProcess::Stop(absl::Duration timeout) {
   return -1;
 }
 
+int RunServerBinary(const std::vector<std::string>& args, std::string* out,
+                    std::string* err) {
+  char dir[] = "/tmp/fedgather-run-XXXXXX";
+  EXPECT_NE(::mkdtemp(dir), nullptr);
+  const std::string out_path = std::string(dir) + "/out";
+  const std::string err_path = std::string(dir) + "/err";
+  std::vector<std::string> argv_strings = {FEDGATHER_SERVER_PATH};
+  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int spawned =
+      posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  int status = 0;
+  if (spawned != 0 || ::waitpid(pid, &status, 0) != pid) return -1;
+  *out = ReadFileToString(out_path).value_or("");
+  *err = ReadFileToString(err_path).value_or("");
+  ::unlink(out_path.c_str());
+  ::unlink(err_path.c_str());
+  ::rmdir(dir);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
 std::string ServerProcess::address() const {
   return absl::StrCat("127.0.0.1:", port_);
 }

@@ -42,6 +42,11 @@ class ServerProcess {
   int port_ = 0;
 };
 
+// RunServerBinary runs fedgather-server with `args` to completion and
+// returns its exit status; its stdout and stderr go to *out and *err.
+int RunServerBinary(const std::vector<std::string>& args, std::string* out,
+                    std::string* err);
+
 }  // namespace fedgather::testing
 
 #endif  // FEDGATHER_TESTS_E2E_SERVER_PROCESS_H_

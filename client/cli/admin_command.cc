@@ -3,7 +3,10 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/client.h"
 #include "common/status_macros.h"
@@ -25,6 +28,45 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectAs(
   client.server_address = options.server;
   FG_ASSIGN_OR_RETURN(client.tls, ReadTlsDir(options.tls_dir));
   return Client::Connect(client);
+}
+
+std::string HumanBytes(uint64_t bytes) {
+  if (bytes < 1024) return absl::StrCat(bytes, " B");
+  if (bytes < (1 << 20)) return absl::StrFormat("%.1f KiB", bytes / 1024.0);
+  if (bytes < (uint64_t{1} << 30)) {
+    return absl::StrFormat("%.1f MiB", bytes / 1048576.0);
+  }
+  return absl::StrFormat("%.2f GiB", bytes / 1073741824.0);
+}
+
+// PrintRound prints a round in flight: who has contributed, each rank's
+// bytes in and out, and the time left to its deadline.
+void PrintRound(const v1::GroupStatus& group, const v1::RoundProgress& round,
+                std::ostream& out) {
+  out << "  round seq " << round.seq() << ": " << round.complete_ranks_size()
+      << " of " << group.world_size() << " contributed";
+  if (round.deadline_in_ms() != 0) {
+    out << absl::StrFormat(", deadline in %.1f s",
+                           round.deadline_in_ms() / 1000.0);
+  }
+  out << ", " << HumanBytes(round.buffered_bytes()) << " buffered\n";
+  out << absl::StrFormat("    %-5s %-40s %-12s %10s %10s\n", "rank", "identity",
+                         "state", "in", "out");
+  for (int r = 0; r < round.bytes_in_size(); ++r) {
+    const auto has = [r](const auto& ranks) {
+      return std::find(ranks.begin(), ranks.end(), static_cast<uint32_t>(r)) !=
+             ranks.end();
+    };
+    const char* state = has(round.complete_ranks())  ? "contributed"
+                        : has(round.started_ranks()) ? "uploading"
+                                                     : "missing";
+    const std::string identity =
+        r < group.members_size() ? group.members(r).identity() : "";
+    out << absl::StrFormat(
+        "    %-5d %-40s %-12s %10s %10s\n", r, identity, state,
+        HumanBytes(round.bytes_in(r)),
+        HumanBytes(r < round.bytes_out_size() ? round.bytes_out(r) : 0));
+  }
 }
 
 }  // namespace
@@ -92,16 +134,20 @@ absl::Status RunStatus(const AdminCommandOptions& options, std::ostream& out) {
     out << ", " << (group.formed() ? "formed" : "not formed");
     if (group.epoch() > 0) out << ", epoch " << group.epoch();
     out << "\n";
+    if (group.members_size() > 0) {
+      out << absl::StrFormat("  %-5s %-40s %s\n", "rank", "identity",
+                             "session");
+    }
     for (const v1::Member& member : group.members()) {
-      out << "  rank " << member.rank() << "  " << member.identity() << "\n";
+      out << absl::StrFormat(
+          "  %-5d %-40s %s\n", member.rank(), member.identity(),
+          member.connected() ? "connected" : "disconnected (may resume)");
     }
     for (const std::string& waiting : group.waiting()) {
       out << "  waiting  " << waiting << "\n";
     }
     for (const v1::RoundProgress& round : group.rounds()) {
-      out << "  round seq " << round.seq() << ": started ranks ["
-          << absl::StrJoin(round.started_ranks(), ",") << "], complete ranks ["
-          << absl::StrJoin(round.complete_ranks(), ",") << "]\n";
+      PrintRound(group, round, out);
     }
   }
   if (reply.groups().empty()) out << "no groups visible to this identity\n";

@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -212,6 +213,58 @@ TEST(CliTest, HealthSaysServingUntilTheServerStops) {
   EXPECT_THAT(stopped.err, HasSubstr("fedgather health: UNAVAILABLE: health "
                                      "check of " +
                                      cluster.address()));
+}
+
+TEST(CliTest, StatusShowsARoundWithOneMemberMissing) {
+  ClusterOptions options(2);
+  options.observers = {"dashboard"};
+  TestCluster cluster(options);
+  Members members(cluster);
+  constexpr int64_t kBytes = 1 << 20;
+  std::vector<uint8_t> in(kBytes, 7), out(2 * kBytes);
+  auto gather = [&](int r) {
+    const ConstHostTensor input{{"w", DType::kU8, {kBytes}}, in.data()};
+    const MutableHostTensor output{{"w", DType::kU8, {2, kBytes}}, out.data()};
+    return members.groups[r]->AllGatherInto({&input, 1}, {&output, 1});
+  };
+  absl::Status zero;
+  std::thread rank_zero([&] { zero = gather(0); });
+  ASSERT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kContributionComplete;
+      },
+      absl::Seconds(30)));
+  const std::vector<std::string> status = {"status", "--server",
+                                           cluster.address(), "--tls-dir",
+                                           cluster.dir() + "/dashboard"};
+  std::vector<std::string> as_json = status;
+  as_json.push_back("--json");
+  CliResult json = RunCli(cluster, as_json);
+  CliResult table = RunCli(cluster, status);
+  EXPECT_TRUE(gather(1).ok());
+  rank_zero.join();
+  EXPECT_TRUE(zero.ok()) << zero;
+
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const nlohmann::json reply = nlohmann::json::parse(json.out);
+  const nlohmann::json& group = reply["groups"][0];
+  EXPECT_EQ(group["name"], "demo");
+  EXPECT_EQ(group["members"][0]["connected"], true);
+  EXPECT_EQ(group["members"][1]["connected"], true);
+  ASSERT_EQ(group["rounds"].size(), 1u);
+  const nlohmann::json& round = group["rounds"][0];
+  EXPECT_EQ(round["complete_ranks"], nlohmann::json::array({0}));
+  EXPECT_EQ(round["started_ranks"], nlohmann::json::array({0}));
+  // uint64 fields are JSON strings in protobuf's mapping.
+  EXPECT_EQ(round["bytes_in"], nlohmann::json::array({"1048576", "0"}));
+  EXPECT_GT(std::stoll(round["deadline_in_ms"].get<std::string>()), 0);
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("round seq 0: 1 of 2 contributed"));
+  EXPECT_THAT(table.out, ::testing::ContainsRegex(
+                             "1 +spiffe://fedgather/site-2 +missing"));
+  EXPECT_THAT(table.out,
+              ::testing::ContainsRegex(
+                  "0 +spiffe://fedgather/site-1 +contributed +1.0 MiB"));
 }
 
 TEST(CliTest, BroadcastAllGatherVAllReduceAndBytesOps) {

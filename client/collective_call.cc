@@ -156,6 +156,9 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
     attempt->write_buffer_ = EncodeChunkFrame(meta, data);
     write_offset_ += static_cast<int64_t>(meta.size);
     stats_.payload_bytes_sent += static_cast<int64_t>(meta.size);
+    if (setup_.progress != nullptr) {
+      setup_.progress->payload_bytes_sent += static_cast<int64_t>(meta.size);
+    }
     attempt->StartWrite(&attempt->write_buffer_);
     return;
   }
@@ -243,6 +246,7 @@ absl::Status CollectiveCall::HandleFrame(Attempt* attempt) {
     case v1::CollectiveFrame::kHeader:
       FG_RETURN_IF_ERROR(HandleHeader(frame.header()));
       ++frames_received_;
+      if (setup_.progress != nullptr) ++setup_.progress->headers_received;
       return absl::OkStatus();
     case v1::CollectiveFrame::kChunk:  // the sink placed it
       ++frames_received_;
@@ -325,6 +329,10 @@ void CollectiveCall::DownloadSink::Data(const uint8_t* data, size_t size) {
   dest_ += size;
   hasher_->Update(data, size);
   call_->stats_.payload_bytes_received += static_cast<int64_t>(size);
+  if (call_->setup_.progress != nullptr) {
+    call_->setup_.progress->payload_bytes_received +=
+        static_cast<int64_t>(size);
+  }
 }
 
 absl::Status CollectiveCall::HandleResumed(const v1::Resumed& resumed) {

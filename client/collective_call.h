@@ -53,6 +53,14 @@ class ReceiveTarget {
                                          const TensorSpec& spec) = 0;
 };
 
+// What a collective has moved so far, updated as it runs and readable
+// from any thread (a progress display polls it). Counts every stream.
+struct TransferProgress {
+  std::atomic<int64_t> payload_bytes_sent{0};
+  std::atomic<int64_t> payload_bytes_received{0};
+  std::atomic<int> headers_received{0};  // other ranks that have started
+};
+
 // What the caller of one collective knows about its round.
 struct CollectiveSetup {
   std::string group;
@@ -71,6 +79,7 @@ struct CollectiveSetup {
   // sent, or after this many frames were received (negative: never).
   int64_t break_after_bytes_sent = -1;
   int64_t break_after_frames_received = -1;
+  TransferProgress* progress = nullptr;  // may be null
 };
 
 // What one collective moved, counting every stream it took.

@@ -280,6 +280,7 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.resume_grace = options.resume_grace;
   setup.break_after_bytes_sent = options.break_after_bytes_sent;
   setup.break_after_frames_received = options.break_after_frames_received;
+  setup.progress = options.progress;
   CollectiveCall call(setup, inputs, target);
   // Bad local input is reported as such, even when the group has ended.
   FG_RETURN_IF_ERROR(call.Prepare());

@@ -69,6 +69,9 @@ struct CollectiveOptions {
   absl::Duration resume_grace = absl::Seconds(10);
   // When set, receives what the collective moved, counting every stream.
   TransferStats* stats = nullptr;
+  // When set, is updated as the collective runs (a progress display reads
+  // it from another thread); must stay valid until it completes.
+  TransferProgress* progress = nullptr;
   // Test hook: breaks the collective's first stream after this many payload
   // bytes were sent or frames received (negative: never).
   int64_t break_after_bytes_sent = -1;

@@ -1,5 +1,7 @@
 #include "client/cli/join_command.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -11,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/cli/progress_reporter.h"
 #include "client/client.h"
 #include "client/nccl/cpu_local_collective.h"
 #include "client/nccl/stacked_gather.h"
@@ -195,6 +198,35 @@ absl::StatusOr<v1::ReduceOp> ParseReduce(const std::string& name) {
   return op;
 }
 
+// TotalsFor is what this rank's collective will send and receive: known
+// for all_gather, all_reduce and broadcast, whose sizes follow from this
+// rank's inputs; the download of all_gather_v and all_gather_bytes depends on
+// the other ranks. Whose headers arrive: the other ranks', except in an
+// all_reduce, where only the result comes back.
+ProgressTotals TotalsFor(const JoinCommandOptions& options, const Group& group,
+                         absl::Span<const ConstHostTensor> inputs,
+                         int64_t raw_bytes) {
+  int64_t mine = raw_bytes;
+  for (const ConstHostTensor& input : inputs) {
+    mine += ByteSize(input.spec).value_or(0);
+  }
+  const int others = group.world_size() - 1;
+  ProgressTotals totals;
+  totals.upload_bytes = mine;
+  totals.other_ranks = options.op == "all_reduce" ? -1 : others;
+  if (options.op == "all_gather") {
+    totals.download_bytes = mine * others;
+  } else if (options.op == "all_reduce") {
+    totals.download_bytes = mine;
+  } else if (options.op == "broadcast") {
+    const bool root = group.rank() == options.root;
+    totals.upload_bytes = root ? mine : 0;
+    totals.download_bytes = root ? 0 : mine;
+    totals.other_ranks = root ? 0 : 1;
+  }
+  return totals;
+}
+
 }  // namespace
 
 absl::Status RunJoin(const JoinCommandOptions& options) {
@@ -245,16 +277,27 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
 
   CollectiveOptions collective;
   collective.timeout = options.timeout;
+  TransferProgress progress;
+  collective.progress = &progress;
   const absl::Time start = absl::Now();
-  absl::StatusOr<Result> result =
-      bytes_op ? AllGatherBytes(*group, raw_input, collective)
-      : options.op == "all_gather_v" ? AllGatherV(*group, inputs, collective)
-      : options.op == "broadcast"
-          ? Broadcast(*group, inputs, options.root, collective)
-      : options.op == "all_reduce"
-          ? AllReduce(*group, inputs, reduce, options.weight, collective)
-      : local != nullptr ? AllGatherToGpus(*group, *local, inputs, collective)
-                         : AllGather(*group, inputs, collective);
+  absl::StatusOr<Result> result;
+  {
+    std::optional<ProgressReporter> reporter;
+    if (!options.quiet) {
+      reporter.emplace(&progress,
+                       TotalsFor(options, *group, inputs, raw_input.size()),
+                       ::isatty(STDERR_FILENO) == 1, stderr);
+    }
+    result =
+        bytes_op ? AllGatherBytes(*group, raw_input, collective)
+        : options.op == "all_gather_v" ? AllGatherV(*group, inputs, collective)
+        : options.op == "broadcast"
+            ? Broadcast(*group, inputs, options.root, collective)
+        : options.op == "all_reduce"
+            ? AllReduce(*group, inputs, reduce, options.weight, collective)
+        : local != nullptr ? AllGatherToGpus(*group, *local, inputs, collective)
+                           : AllGather(*group, inputs, collective);
+  }
   if (!result.ok()) return result.status();
   const absl::Duration took = absl::Now() - start;
 
@@ -269,6 +312,7 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   }
   FG_RETURN_IF_ERROR(
       WriteSafetensorsFile(options.output, result->tensors, metadata));
+  if (options.quiet) return absl::OkStatus();
   std::printf("%s\n",
               absl::StrFormat(
                   "joined group '%s' as rank %d of %d (epoch %d); %s: %d "

@@ -38,6 +38,8 @@ struct JoinCommandOptions {
   std::string input;   // safetensors; for all_gather_bytes any file
   std::string output;  // safetensors, see RunJoin
   absl::Duration timeout = absl::Minutes(5);
+  // No progress report and no summary line; errors are still printed.
+  bool quiet = false;
 };
 
 // RunJoin joins the group, runs one collective of `op` and writes the

@@ -3,6 +3,7 @@
 // See README.md.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,44 @@ int main(int argc, char** argv) {
 
   fedgather::cli::RevokeCommandOptions revoke;
   CLI::App* revoke_cmd = fedgather::cli::AddRevokeCommand(&app, &revoke);
+
+  join_cmd->add_flag("--quiet", join.quiet,
+                     "print nothing but errors (no progress, no summary)");
+  // Every command's --help ends with an example.
+  const std::map<std::string, std::string> examples = {
+      {"provision",
+       "fedgather provision --out pki --participants site-1,site-2 "
+       "--observers dashboard --admins ops"},
+      {"join",
+       "fedgather join --server 127.0.0.1:50051 --tls-dir pki/site-1 "
+       "--group demo --world-size 2 --input in.safetensors --output "
+       "out.safetensors [--op all_reduce --reduce weighted_mean --weight "
+       "1200]"},
+      {"status",
+       "fedgather status --server 127.0.0.1:50051 --tls-dir pki/dashboard "
+       "--group demo [--json]"},
+      {"abort",
+       "fedgather round abort --server 127.0.0.1:50051 --tls-dir pki/ops "
+       "--group demo --reason \"bad data from site-2\""},
+      {"reload",
+       "fedgather policy reload --server 127.0.0.1:50051 --tls-dir pki/ops"},
+      {"health",
+       "fedgather health --server localhost:50051 --tls-dir pki/server"},
+      {"verify",
+       "fedgather audit verify --cert pki/server/cert.pem audit.jsonl"},
+      {"revoke",
+       "fedgather revoke --ca-dir pki --crl pki/crl.pem pki/site-2/cert.pem"},
+  };
+  std::vector<CLI::App*> commands = app.get_subcommands({});
+  for (size_t i = 0; i < commands.size(); ++i) {
+    for (CLI::App* nested : commands[i]->get_subcommands({})) {
+      commands.push_back(nested);
+    }
+    if (auto it = examples.find(commands[i]->get_name());
+        it != examples.end()) {
+      commands[i]->footer("\nExample:\n  " + it->second);
+    }
+  }
 
   try {
     app.parse(argc, argv);

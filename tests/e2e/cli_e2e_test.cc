@@ -357,6 +357,43 @@ TEST(CliTest, BroadcastAllGatherVAllReduceAndBytesOps) {
   }
 }
 
+TEST(CliTest, ProgressOffATerminalIsPeriodicLinesAndQuietIsSilent) {
+  TestCluster cluster(ClusterOptions(2));
+  constexpr int64_t kBytes = 1 << 20;
+  const std::vector<TensorSpec> specs = {{"w", DType::kU8, {kBytes}}};
+  std::vector<std::vector<uint8_t>> in0;
+  const std::string input0 = WriteInput(cluster, 0, specs, &in0);
+  // `fedgather join` is rank 0; rank 1, in this process, joins at once but
+  // contributes 3 s later, so rank 0 waits in its round. Returns rank 0's
+  // stderr.
+  auto run = [&](const std::vector<std::string>& extra) {
+    const std::string err = cluster.dir() + "/join-0.err";
+    const pid_t zero =
+        StartJoin(cluster, 0, 2, input0, cluster.dir() + "/out-0.safetensors",
+                  err, extra);
+    std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(1));
+    auto group = client->Join({"demo", 2, 1, absl::Seconds(30)});
+    EXPECT_TRUE(group.ok()) << group.status();
+    absl::SleepFor(absl::Seconds(3));
+    std::vector<uint8_t> in(kBytes, 1), out(2 * kBytes);
+    const ConstHostTensor input{specs[0], in.data()};
+    const MutableHostTensor output{{"w", DType::kU8, {2, kBytes}}, out.data()};
+    if (group.ok()) {
+      EXPECT_TRUE((*group)->AllGatherInto({&input, 1}, {&output, 1}).ok());
+    }
+    EXPECT_EQ(WaitExit(zero), 0) << ReadFileToString(err).value_or("");
+    return ReadFileToString(err).value_or("?");
+  };
+  // Every 2 s off a terminal: the bytes so far and who has not started.
+  const std::string report = run({});
+  EXPECT_THAT(report, HasSubstr("progress: up 1.0/1.0 MiB, down 0.0/1.0 MiB "
+                                "(50%)"));
+  EXPECT_THAT(report, HasSubstr(", 1 rank(s) not started\n"));
+  EXPECT_EQ(report.find('\r'), std::string::npos);  // no bar off a terminal
+  // --quiet prints nothing at all on success.
+  EXPECT_EQ(run({"--quiet"}), "");
+}
+
 TEST(CliTest, FourParticipantsGatherTheirFiles) {
   TestCluster cluster(ClusterOptions(4));
   const std::vector<TensorSpec> specs = {

@@ -19,6 +19,7 @@
 #include "client/provision.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
+#include "tests/common/subprocess.h"
 #include "tests/e2e/test_cluster.h"
 
 extern char** environ;
@@ -34,22 +35,7 @@ pid_t StartCli(std::vector<std::string> args,
                const std::string& stdout_path = "",
                const std::string& stderr_path = "") {
   args.insert(args.begin(), FEDGATHER_CLI_PATH);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  for (const auto& [fd, path] :
-       {std::make_pair(1, &stdout_path), std::make_pair(2, &stderr_path)}) {
-    if (path->empty()) continue;
-    posix_spawn_file_actions_addopen(&actions, fd, path->c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  }
-  pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ),
-            0);
-  posix_spawn_file_actions_destroy(&actions);
-  return pid;
+  return SpawnProcess(std::move(args), stdout_path, stderr_path);
 }
 
 // Starts `fedgather join` for `site`; returns its pid. With `stderr_path`
@@ -79,11 +65,7 @@ pid_t StartJoin(const TestCluster& cluster, int site, int world,
   return StartCli(std::move(args), "", stderr_path);
 }
 
-int WaitExit(pid_t pid) {
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+int WaitExit(pid_t pid) { return WaitProcess(pid); }
 
 struct CliResult {
   int exit_code;

@@ -111,6 +111,25 @@ std::vector<absl::Status> RunWithRankOneLate(
   return status;
 }
 
+// JoinThrough joins both sites of `cluster` to group "demo" through the
+// server process; returns their groups (null where a join failed, which
+// fails the test) and keeps their clients in *clients.
+std::vector<std::unique_ptr<Group>> JoinThrough(
+    const TestCluster& cluster, const ServerProcess& server,
+    std::vector<std::unique_ptr<Client>>* clients) {
+  for (int r = 0; r < 2; ++r) {
+    clients->push_back(
+        cluster.ConnectVia(TestCluster::Site(r), server.address()));
+  }
+  std::vector<std::unique_ptr<Group>> groups(2);
+  RunRanks(2, [&](int r) {
+    auto group = (*clients)[r]->Join({"demo", 2, r, absl::Seconds(30)});
+    EXPECT_TRUE(group.ok()) << group.status();
+    if (group.ok()) groups[r] = *std::move(group);
+  });
+  return groups;
+}
+
 TEST(MetricsTest, ScrapedDuringAndAfterARound) {
   ClusterOptions options(2);
   options.metrics = true;
@@ -235,17 +254,10 @@ TEST(DrainTest, SigtermLetsARoundInFlightFinishAndExitsZero) {
   ServerProcess server(cluster, {"--drain-timeout", "30"});
   server.Start(0);
   std::vector<std::unique_ptr<Client>> clients;
-  std::vector<std::unique_ptr<Group>> groups(2);
-  for (int r = 0; r < 2; ++r) {
-    clients.push_back(
-        cluster.ConnectVia(TestCluster::Site(r), server.address()));
-  }
-  RunRanks(2, [&](int r) {
-    auto group = clients[r]->Join({"demo", 2, r, absl::Seconds(30)});
-    ASSERT_TRUE(group.ok()) << group.status();
-    groups[r] = *std::move(group);
-  });
-  ASSERT_EQ(groups.size(), 2u);
+  std::vector<std::unique_ptr<Group>> groups =
+      JoinThrough(cluster, server, &clients);
+  ASSERT_NE(groups[0], nullptr);
+  ASSERT_NE(groups[1], nullptr);
   std::vector<absl::Status> status(2);
   std::thread zero([&] { status[0] = Gather(*groups[0]); });
   // Rank 0 waits in the round; SIGTERM arrives; then rank 1 contributes.
@@ -276,17 +288,15 @@ TEST(LogTest, JsonLinesWithoutTensorBytesOrKeyMaterial) {
   server.Start(0);
   const std::string secret = "FEDGATHER-SECRET-7f3a9c";
   std::vector<std::unique_ptr<Client>> clients;
-  for (int r = 0; r < 2; ++r) {
-    clients.push_back(
-        cluster.ConnectVia(TestCluster::Site(r), server.address()));
-  }
+  std::vector<std::unique_ptr<Group>> groups =
+      JoinThrough(cluster, server, &clients);
   RunRanks(2, [&](int r) {
-    auto group = clients[r]->Join({"demo", 2, r, absl::Seconds(30)});
-    ASSERT_TRUE(group.ok()) << group.status();
-    auto gathered = (*group)->AllGatherBytes(absl::StrCat(secret, r));
+    ASSERT_NE(groups[r], nullptr);
+    Group* group = groups[r].get();
+    auto gathered = group->AllGatherBytes(absl::StrCat(secret, r));
     ASSERT_TRUE(gathered.ok()) << gathered.status();
     EXPECT_EQ((*gathered)[1 - r], absl::StrCat(secret, 1 - r));
-    auto barrier = (*group)->AllGatherBytes("");
+    auto barrier = group->AllGatherBytes("");
     ASSERT_TRUE(barrier.ok()) << barrier.status();
   });
   ASSERT_EQ(server.Stop(absl::Seconds(30)), 0);

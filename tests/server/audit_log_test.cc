@@ -29,6 +29,7 @@
 #include "common/audit_chain.h"
 #include "common/cert_issuer.h"
 #include "common/file_io.h"
+#include "tests/common/subprocess.h"
 
 extern char** environ;
 
@@ -655,29 +656,9 @@ TEST(AuditVerifyTest, FileProblemsAreNotDataLoss) {
 
 // Runs the built `fedgather` CLI; returns its exit code and fills `out` and
 // `err` with its stdout and stderr.
-int RunCli(const std::string& dir, std::vector<std::string> args,
-           std::string* out, std::string* err) {
+int RunCli(std::vector<std::string> args, std::string* out, std::string* err) {
   args.insert(args.begin(), FEDGATHER_CLI_PATH);
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const std::string out_path = dir + "/cli.out";
-  const std::string err_path = dir + "/cli.err";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ),
-            0);
-  posix_spawn_file_actions_destroy(&actions);
-  int status = 0;
-  EXPECT_EQ(waitpid(pid, &status, 0), pid);
-  *out = ReadFileToString(out_path).value_or("");
-  *err = ReadFileToString(err_path).value_or("");
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return fedgather::testing::RunProcess(std::move(args), out, err);
 }
 
 TEST(AuditCliTest, VerifyExitCodes) {
@@ -693,8 +674,7 @@ TEST(AuditCliTest, VerifyExitCodes) {
   ASSERT_TRUE(log->Close().ok());
 
   std::string out, err;
-  EXPECT_EQ(RunCli(dir, {"audit", "verify", path, "--cert", cert}, &out, &err),
-            0)
+  EXPECT_EQ(RunCli({"audit", "verify", path, "--cert", cert}, &out, &err), 0)
       << err;
   EXPECT_THAT(out, HasSubstr("audit chain intact: 13 records (seq 0..12), "
                              "3 signed anchors, signed to the end"));
@@ -702,12 +682,11 @@ TEST(AuditCliTest, VerifyExitCodes) {
   std::vector<std::string> lines = ReadLines(path);
   lines[6].replace(lines[6].find("demo"), 4, "dema");
   WriteLines(path, lines);
-  EXPECT_EQ(RunCli(dir, {"audit", "verify", path, "--cert", cert}, &out, &err),
-            1);
+  EXPECT_EQ(RunCli({"audit", "verify", path, "--cert", cert}, &out, &err), 1);
   EXPECT_THAT(err, StartsWith("fedgather audit verify: DATA_LOSS: record 6 ("));
 
-  EXPECT_EQ(RunCli(dir, {"audit", "verify"}, &out, &err), 2);
-  EXPECT_EQ(RunCli(dir, {"audit"}, &out, &err), 2);
+  EXPECT_EQ(RunCli({"audit", "verify"}, &out, &err), 2);
+  EXPECT_EQ(RunCli({"audit"}, &out, &err), 2);
 }
 
 }  // namespace

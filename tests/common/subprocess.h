@@ -1,0 +1,31 @@
+// Test helpers that run programs (the built fedgather and fedgather-server)
+// as real processes with posix_spawn.
+#ifndef FEDGATHER_TESTS_COMMON_SUBPROCESS_H_
+#define FEDGATHER_TESTS_COMMON_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace fedgather::testing {
+
+// SpawnProcess starts argv[0] with `argv`; returns its pid (0, and a test
+// failure, when it cannot start). Non-empty paths receive its stdout and
+// stderr: truncated, or appended to with `append`.
+pid_t SpawnProcess(std::vector<std::string> argv,
+                   const std::string& stdout_path = "",
+                   const std::string& stderr_path = "", bool append = false);
+
+// WaitProcess reaps `pid`; returns its exit code, or 128 + the signal that
+// ended it.
+int WaitProcess(pid_t pid);
+
+// RunProcess runs `argv` to completion; returns WaitProcess's code and puts
+// its stdout and stderr in *out and *err.
+int RunProcess(std::vector<std::string> argv, std::string* out,
+               std::string* err);
+
+}  // namespace fedgather::testing
+
+#endif  // FEDGATHER_TESTS_COMMON_SUBPROCESS_H_

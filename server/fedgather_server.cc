@@ -141,14 +141,16 @@ int FedgatherServer::metrics_port() const {
 }
 
 int FedgatherServer::Drain(absl::Duration timeout) {
-  if (server_ != nullptr)
-    server_->GetHealthCheckService()->SetServingStatus(false);
   {
     PendingCallbacks callbacks;
     registry_->Drain(absl::UnavailableError(
                          "the server is shutting down; join again once it is "
                          "back"),
                      &callbacks);
+  }
+  // After the registry: whoever sees NOT_SERVING finds joins refused.
+  if (server_ != nullptr) {
+    server_->GetHealthCheckService()->SetServingStatus(false);
   }
   const absl::Time deadline = absl::Now() + timeout;
   while (registry_->RoundsInFlight() > 0 && absl::Now() < deadline) {

@@ -368,8 +368,8 @@ TEST(CliTest, ProgressOffATerminalIsPeriodicLinesAndQuietIsSilent) {
   };
   // Every 2 s off a terminal: the bytes so far and who has not started.
   const std::string report = run({});
-  EXPECT_THAT(report, HasSubstr("progress: up 1.0/1.0 MiB, down 0.0/1.0 MiB "
-                                "(50%)"));
+  EXPECT_THAT(report, ::testing::ContainsRegex(
+                          "progress: up [0-9.]+/1.0 MiB, down 0.0/1.0 MiB"));
   EXPECT_THAT(report, HasSubstr(", 1 rank(s) not started\n"));
   EXPECT_EQ(report.find('\r'), std::string::npos);  // no bar off a terminal
   // --quiet prints nothing at all on success.

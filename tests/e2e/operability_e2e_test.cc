@@ -261,7 +261,12 @@ TEST(DrainTest, SigtermLetsARoundInFlightFinishAndExitsZero) {
   std::vector<absl::Status> status(2);
   std::thread zero([&] { status[0] = Gather(*groups[0]); });
   // Rank 0 waits in the round; SIGTERM arrives; then rank 1 contributes.
-  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time uploaded = absl::Now() + absl::Seconds(30);
+  while (server.Log().find("\"event\":\"contribution_complete\"") ==
+             std::string::npos &&
+         absl::Now() < uploaded) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   int exit_code = -2;
   std::thread stop([&] { exit_code = server.Stop(absl::Seconds(60)); });
   const absl::Time deadline = absl::Now() + absl::Seconds(30);

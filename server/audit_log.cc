@@ -132,6 +132,11 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
   }
   std::unique_ptr<AuditLog> log(new AuditLog(std::move(options)));
   const std::string& path = log->options_.path;
+  // A missing directory is created, private to the server's user.
+  if (const size_t slash = path.rfind('/');
+      slash != std::string::npos && slash > 0) {
+    FG_RETURN_IF_ERROR(MakeDirectories(path.substr(0, slash), 0700));
+  }
 
   FG_ASSIGN_OR_RETURN(const uint64_t newest, NewestRotation(path));
   log->next_rotation_ = newest + 1;

@@ -317,6 +317,26 @@ TEST(AuditLogTest, ReopenContinuesTheChain) {
   EXPECT_EQ(st.st_mode & 0777, 0600);
 }
 
+TEST(AuditLogTest, OpenCreatesAMissingDirectory) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/var/log/fedgather/audit.jsonl";
+  auto log = AuditLog::Open(Options(path));
+  ASSERT_TRUE(log.ok()) << log.status();
+  (*log)->Append(Contribution(0, 0));
+  ASSERT_TRUE((*log)->Close().ok());
+  EXPECT_EQ(ReadLines(path).size(), 1u);  // unsigned: no anchor
+  struct stat st;
+  ASSERT_EQ(::stat((dir.path() + "/var/log/fedgather").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700);
+  // A path whose parent cannot be a directory names it.
+  ASSERT_TRUE(WriteStringToFile(dir.path() + "/file", "x").ok());
+  auto refused = AuditLog::Open(Options(dir.path() + "/file/audit.jsonl"));
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find(dir.path() + "/file"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(AuditLogTest, OpenRefusesATruncatedFile) {
   const ScopedDir dir;
   const std::string path = dir.path() + "/audit.jsonl";

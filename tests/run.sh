@@ -6,7 +6,11 @@
 # the fedgather and fedgather-server binaries, then validates the deploy
 # artefacts offline (deploy/validate.sh: compose, kustomize, schemas).
 #
-#   tests/run.sh [--build-dir DIR]
+#   tests/run.sh [--build-dir DIR] [--fuzz SECONDS]
+#
+# --fuzz SECONDS also builds the libFuzzer targets (tests/fuzz) with clang,
+# ASan and UBSan in DIR-fuzz (installing clang-14 and libclang-rt-14-dev if
+# missing) and runs each for SECONDS from its seed corpus.
 #
 # The build directory is --build-dir, else $BUILD_DIR, else build (relative
 # paths are relative to the directory the script was started from; the
@@ -16,15 +20,21 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { echo "usage: tests/run.sh [--build-dir DIR]" >&2; exit "${1:-2}"; }
+usage() { echo "usage: tests/run.sh [--build-dir DIR] [--fuzz SECONDS]" >&2; exit "${1:-2}"; }
 
 BUILD_DIR="${BUILD_DIR:-}"
+FUZZ_SECONDS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir)
       if [ $# -lt 2 ] || [ -z "$2" ]; then echo "--build-dir needs a value" >&2; usage; fi
       BUILD_DIR="$2"; shift ;;
     --build-dir=*) BUILD_DIR="${1#--build-dir=}" ;;
+    --fuzz)
+      if [ $# -lt 2 ] || ! [[ "$2" =~ ^[1-9][0-9]*$ ]]; then
+        echo "--fuzz needs a positive number of seconds" >&2; usage
+      fi
+      FUZZ_SECONDS="$2"; shift ;;
     -h|--help) usage 0 ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
@@ -81,6 +91,29 @@ current="local federated simulation (deploy/local/run.sh)"
 section "$current"
 bash deploy/local/run.sh --no-build --build-dir "$BUILD_DIR"
 done_in "simulation"
+
+if [ -n "$FUZZ_SECONDS" ]; then
+  current="fuzzing: ${FUZZ_SECONDS} s per target (tests/fuzz)"
+  section "$current"
+  fuzz_packages=()
+  for p in clang-14 libclang-rt-14-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      fuzz_packages+=("$p")
+  done
+  if [ ${#fuzz_packages[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+      "${fuzz_packages[@]}"
+  fi
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR-fuzz" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATHER_FUZZ=ON -DFEDGATHER_BUILD_TESTS=OFF \
+    -DFEDGATHER_BUILD_PYTHON=OFF -DFEDGATHER_WITH_NCCL=OFF
+  cmake --build "$BUILD_DIR-fuzz" -j2 --target frame_decoder_fuzzer safetensors_fuzzer \
+    policy_fuzzer audit_verify_fuzzer
+  bash tests/fuzz/run_fuzzers.sh "$FUZZ_SECONDS" "$BUILD_DIR-fuzz"
+  done_in "fuzzing"
+fi
 
 current="deploy artefacts, offline (deploy/validate.sh)"
 section "$current"

@@ -23,7 +23,7 @@ void CollectiveQueue::Add(Task task) {
   task(closed);
 }
 
-void CollectiveQueue::Close(const absl::Status& why) {
+void CollectiveQueue::Shut(const absl::Status& why) {
   std::deque<Task> refused;
   absl::Status status;
   {
@@ -34,6 +34,11 @@ void CollectiveQueue::Close(const absl::Status& why) {
     refused.swap(tasks_);
   }
   for (Task& task : refused) task(status);
+}
+
+void CollectiveQueue::Close(const absl::Status& why) {
+  Shut(why);
+  absl::MutexLock lock(&join_mu_);
   if (thread_.joinable()) thread_.join();
 }
 

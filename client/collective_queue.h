@@ -33,8 +33,11 @@ class CollectiveQueue {
   // task is refused at once, on the caller's thread, with Close's status.
   void Add(Task task);
 
-  // Close lets the task that is running finish, refuses every task still
-  // waiting with `why`, and joins the thread. Later calls do nothing.
+  // Shut refuses every task still waiting, and every later one, with `why`,
+  // and lets the task that is running finish; it does not wait for it.
+  // Later calls do nothing.
+  void Shut(const absl::Status& why);
+  // Close is Shut, then waits for the running task and joins the thread.
   void Close(const absl::Status& why);
 
  private:
@@ -42,6 +45,7 @@ class CollectiveQueue {
 
   absl::Mutex mu_;
   std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex join_mu_;                       // one Close joins the thread
   absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once closed
   std::thread thread_;
 };

@@ -80,6 +80,11 @@ Group::~Group() {
     absl::MutexLock lock(&mu_);
     leaving_ = true;
   }
+  // The collectives still queued never start; refused now, before the
+  // epoch's end could reach them as a session failure.
+  const absl::Status left = absl::CancelledError(
+      "this member left the group before the collective started");
+  queue_.Shut(left);
   {
     // Say so, so that the server ends the epoch at once rather than wait
     // for this member to resume (best effort: the stream may be broken).
@@ -100,9 +105,8 @@ Group::~Group() {
   }
   leave_.Notify();
   // Leaving ends the epoch, which fails the collective that is running on
-  // every rank; the ones still queued never start.
-  queue_.Close(absl::CancelledError(
-      "this member left the group before the collective started"));
+  // every rank; wait for it.
+  queue_.Close(left);
   if (session_thread_.joinable()) session_thread_.join();
 }
 

@@ -96,7 +96,7 @@ int GroupRegistry::RoundsInFlight() const {
   absl::MutexLock lock(&mu_);
   int rounds = 0;
   for (const auto& [name, group] : groups_) {
-    rounds += static_cast<int>(group->GetSnapshot().rounds.size());
+    rounds += group->RoundsInFlight();
   }
   return rounds;
 }

@@ -704,6 +704,11 @@ void GroupState::Drain(const absl::Status& why, PendingCallbacks* callbacks) {
   }
 }
 
+int GroupState::RoundsInFlight() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(rounds_.size());
+}
+
 GroupState::Snapshot GroupState::GetSnapshot() const {
   absl::MutexLock lock(&mu_);
   Snapshot snapshot;

@@ -178,6 +178,8 @@ class GroupState {
     std::vector<Round::Progress> rounds;
   };
   Snapshot GetSnapshot() const;
+  // RoundsInFlight counts the current epoch's rounds that have not finished.
+  int RoundsInFlight() const;
 
  private:
   struct Waiting {

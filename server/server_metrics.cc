@@ -148,7 +148,7 @@ struct ServerMetrics::Impl {
                      .Help("tensor payload bytes received from members")
                      .Register(*registry)),
         bytes_out(prometheus::BuildCounter()
-                      .Name("fedgather_payload_bytes_sent_total")
+                      .Name("fedgather_frame_bytes_sent_total")
                       .Help("frame bytes written to members' streams")
                       .Register(*registry)),
         denials(prometheus::BuildCounter()

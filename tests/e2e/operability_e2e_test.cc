@@ -176,7 +176,7 @@ TEST(MetricsTest, ScrapedDuringAndAfterARound) {
       Value(after, "fedgather_payload_bytes_received_total{group=\"demo\"}"),
       2 * kBytes);
   const double sent =
-      Value(after, "fedgather_payload_bytes_sent_total{group=\"demo\"}");
+      Value(after, "fedgather_frame_bytes_sent_total{group=\"demo\"}");
   EXPECT_GT(sent, 2 * kBytes);
   EXPECT_LT(sent, 2 * kBytes + 4096);
   EXPECT_EQ(

@@ -273,6 +273,18 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
                                     callbacks));
     return ResumePoint{};
   }
+  if (state.lost) {
+    return absl::UnavailableError(
+        absl::StrCat(Describe(), ": ", RankName(rank),
+                     " did not resume its collective stream within ",
+                     absl::FormatDuration(options_.resume_grace)));
+  }
+  if (!state.detached && state.commit_sent && state.stream.expired()) {
+    // Its stream finished with the commit, but the client resumes: the
+    // commit did not arrive. Resume it like a broken stream.
+    TakeBackCommitLocked(state);
+    state.detached = true;
+  }
   if (!state.detached) {
     absl::Status retry = absl::UnavailableError(
         absl::StrCat(Describe(), ": ", RankName(rank),
@@ -600,20 +612,32 @@ Outgoing Round::NextOutgoing(int rank) {
     state.commit_sent = true;
     out.kind = Outgoing::Kind::kCommitAndFinish;
     out.frame = commit_frame_;
-    // Every contributor has its commit: nobody can resume any more.
-    if (++commits_sent_ == contributors_) {
-      for (size_t index : tail_) {
-        LogEntry& entry = log_[index];
-        if (!entry.in_tail) continue;
-        entry.in_tail = false;
-        entry.bytes = 0;
-        entry.frame.Clear();
-      }
-      tail_.clear();
-      tail_bytes_ = 0;
-    }
   }
   return out;
+}
+
+void Round::TakeBackCommitLocked(RankState& state) {
+  if (!state.commit_sent) return;
+  state.commit_sent = false;
+  all_commits_sent_at_.reset();
+}
+
+void Round::ReleaseTailAfterGraceLocked(absl::Time now) {
+  if (tail_.empty()) return;
+  for (const RankState& state : ranks_) {
+    if (!state.shut_out && !state.commit_sent && !state.lost) return;
+  }
+  if (!all_commits_sent_at_.has_value()) all_commits_sent_at_ = now;
+  if (now - *all_commits_sent_at_ < options_.resume_grace) return;
+  for (size_t index : tail_) {
+    LogEntry& entry = log_[index];
+    if (!entry.in_tail) continue;
+    entry.in_tail = false;
+    entry.bytes = 0;
+    entry.frame.Clear();
+  }
+  tail_.clear();
+  tail_bytes_ = 0;
 }
 
 void Round::DropClaimsLocked(int rank, PendingCallbacks* callbacks) {
@@ -659,8 +683,14 @@ void Round::StreamLost(int rank, absl::string_view why, absl::Time now,
                        PendingCallbacks* callbacks, Sha256 hasher) {
   absl::MutexLock lock(&mu_);
   RankState& state = ranks_[rank];
-  if (state.lost || state.commit_sent || state.detached) return;
-  if (options_.resume_grace > absl::ZeroDuration() && status_.ok()) {
+  if (state.lost || state.detached) return;
+  const bool resumable = options_.resume_grace > absl::ZeroDuration();
+  // Without resumes, a commit handed over is as good as delivered.
+  if (state.commit_sent && !resumable) return;
+  if (resumable && status_.ok()) {
+    // The commit, if handed over, may not have arrived: the rank may resume
+    // and gets it again.
+    TakeBackCommitLocked(state);
     state.detached = true;
     state.detached_at = now;
     state.write_in_flight = false;
@@ -742,6 +772,7 @@ void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
                    absl::FormatDuration(options_.resume_grace))),
                callbacks);
   }
+  if (complete_ && status_.ok()) ReleaseTailAfterGraceLocked(now);
   if (finished()) return;
   if (now < options_.deadline) {
     if (now >= options_.quorum_deadline && contributors_ == world_) {

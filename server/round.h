@@ -21,6 +21,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -333,6 +334,15 @@ class Round {
   // is freed when streams are not resumable.
   void Release(LogEntry& entry, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TakeBackCommitLocked counts a commit handed to a rank's stream as not
+  // sent, when the rank may resume (its stream broke, or it resumes).
+  void TakeBackCommitLocked(RankState& state)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReleaseTailAfterGraceLocked frees the resume tail of a completed round
+  // once every contributor has its commit handed over or was given up, and
+  // the resume grace has passed since.
+  void ReleaseTailAfterGraceLocked(absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // DropClaimsLocked gives up `rank`'s claims on the frames it has not
   // written (it will never receive them).
   void DropClaimsLocked(int rank, PendingCallbacks* callbacks)
@@ -402,7 +412,12 @@ class Round {
   // their bytes (at most resume_window_bytes).
   std::deque<size_t> tail_ ABSL_GUARDED_BY(mu_);
   int64_t tail_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  int commits_sent_ ABSL_GUARDED_BY(mu_) = 0;
+  // Handing a commit to a stream is not delivering it: a stream may break
+  // with the commit still in its buffers, and the rank then resumes
+  // (StreamLost, Resume). So the resume tail is kept until every
+  // contributor has its commit handed over or was given up, and the resume
+  // grace has passed since that was first seen (CheckDeadline).
+  std::optional<absl::Time> all_commits_sent_at_ ABSL_GUARDED_BY(mu_);
   int ended_count_ ABSL_GUARDED_BY(mu_) = 0;
   // The ranks the round waits for: the world size, until a quorum closes it.
   int contributors_ ABSL_GUARDED_BY(mu_);

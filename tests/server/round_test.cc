@@ -578,7 +578,7 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
                                   absl::StrCat(kChunkBytes))));
 }
 
-TEST_F(RoundTest, DeliveredFramesStayForResumesUntilEveryCommitIsSent) {
+TEST_F(RoundTest, DeliveredFramesStayForResumesUntilTheGraceAfterTheCommits) {
   resume_grace_ = absl::Seconds(10);
   std::unique_ptr<Round> round = MakeRound(2);
   ASSERT_TRUE(Attach(*round, 0).ok());
@@ -597,7 +597,71 @@ TEST_F(RoundTest, DeliveredFramesStayForResumesUntilEveryCommitIsSent) {
   End(*round, 1);
   PumpAll(*round);
   ASSERT_TRUE(received_[0].committed && received_[1].committed);
-  EXPECT_EQ(round->TailBytes(), 0);  // nobody can resume any more
+  // A commit handed to a stream may still be lost with it: the tail stays
+  // for the resume grace after the last one.
+  const int64_t tail = round->TailBytes();
+  EXPECT_GT(tail, 2 * kChunkBytes);
+  CheckDeadline(*round, absl::FromUnixSeconds(100));
+  CheckDeadline(*round, absl::FromUnixSeconds(109));
+  EXPECT_EQ(round->TailBytes(), tail);
+  CheckDeadline(*round, absl::FromUnixSeconds(110));
+  EXPECT_EQ(round->TailBytes(), 0);
+}
+
+// The soak test found this: a stream that broke with its commit handed over
+// but not received was refused every resume ("previous stream is still
+// open; retry") until the client gave up, while the others had committed.
+TEST_F(RoundTest, AStreamLostWithItsCommitInFlightResumesAndGetsItAgain) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(Attach(*round, r).ok());
+    EXPECT_TRUE(Offer(*round, r, 0));
+    EXPECT_TRUE(Offer(*round, r, 1));
+    End(*round, r);
+  }
+  PumpAll(*round);  // both commits handed over
+  ASSERT_TRUE(received_[1].committed);
+  {
+    // Rank 1's connection breaks: its client had read only the header.
+    PendingCallbacks callbacks;
+    round->StreamLost(1, "was cancelled", absl::FromUnixSeconds(100),
+                      &callbacks);
+    callbacks.Run();
+  }
+  absl::StatusOr<Round::ResumePoint> point =
+      Resume(*round, 1, /*frames=*/1, DigestOf(1));
+  ASSERT_TRUE(point.ok()) << point.status();
+  EXPECT_TRUE(point->upload_ended);
+  Received resumed;
+  Pump(*round, 1, &resumed);
+  EXPECT_THAT(resumed.log,
+              ElementsAre("chunk 0 t0 @0", "chunk 0 t0 @4", "commit"));
+  EXPECT_EQ(resumed.data_by_rank[0], payloads_[0]);
+  EXPECT_TRUE(resumed.committed);
+  EXPECT_TRUE(finished_.size() == 1 && finished_[0].second.ok());
+}
+
+TEST_F(RoundTest, AResumeAfterTheCommittedStreamFinishedGetsTheCommitAgain) {
+  resume_grace_ = absl::Seconds(10);
+  std::unique_ptr<Round> round = MakeRound(2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(Attach(*round, r).ok());
+    EXPECT_TRUE(Offer(*round, r, 0));
+    EXPECT_TRUE(Offer(*round, r, 1));
+    End(*round, r);
+  }
+  PumpAll(*round);
+  // Rank 1's stream finished (gone without a cancel), but its client never
+  // got the commit: it resumes with every frame.
+  streams_[1] = std::make_shared<FakeRoundStream>();
+  absl::StatusOr<Round::ResumePoint> point =
+      Resume(*round, 1, /*frames=*/3, DigestOf(1));
+  ASSERT_TRUE(point.ok()) << point.status();
+  Received resumed;
+  Pump(*round, 1, &resumed);
+  EXPECT_THAT(resumed.log, ElementsAre("commit"));
+  EXPECT_TRUE(resumed.committed);
 }
 
 TEST_F(RoundTest, ResumeBeforeTheOldStreamIsGoneIsRetried) {

@@ -9,8 +9,9 @@ namespace fedgather::server {
 
 CollectiveReactor* CollectiveReactor::Start(
     grpc::CallbackServerContext* context, GroupRegistry* registry,
-    AccessControl* access, absl::StatusOr<Admission> admission,
-    int64_t max_chunk_bytes, std::function<absl::Time()> clock) {
+    AccessControl* access, FirstFrameDeadlines* first_frame,
+    absl::StatusOr<Admission> admission, int64_t max_chunk_bytes,
+    std::function<absl::Time()> clock) {
   const bool admitted = admission.ok();
   std::shared_ptr<CollectiveReactor> reactor(new CollectiveReactor(
       context, registry, access, admitted ? *std::move(admission) : Admission{},
@@ -23,6 +24,7 @@ CollectiveReactor* CollectiveReactor::Start(
       metrics->StreamOpened(StreamKind::kCollective);
       reactor->counted_ = true;
     }
+    first_frame->Watch(reactor, reactor->clock_());
     reactor->StartRead(&reactor->read_buffer_);
   }
   return reactor.get();
@@ -88,6 +90,21 @@ void CollectiveReactor::LoseStream(absl::string_view why) {
   }
   Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                       absl::StrCat("the collective stream ", why)));
+}
+
+void CollectiveReactor::ExpireFirstFrameWait(absl::Duration limit) {
+  PendingCallbacks callbacks;  // runs after read_mu_ is released
+  absl::MutexLock read_lock(&read_mu_);
+  if (phase_ != Phase::kHeader) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (lost_ || finished_ || round_ != nullptr) return;
+    lost_ = true;  // a header read after this is ignored
+  }
+  RejectUpload(absl::DeadlineExceededError(
+                   absl::StrCat("the collective stream sent no header within ",
+                                absl::FormatDuration(limit))),
+               &callbacks);
 }
 
 void CollectiveReactor::OnReadDone(bool ok) {

@@ -29,6 +29,7 @@
 #include "common/frame_codec.h"
 #include "common/sha256.h"
 #include "server/access_control.h"
+#include "server/first_frame_deadlines.h"
 #include "server/group_registry.h"
 #include "server/round.h"
 
@@ -37,6 +38,7 @@ namespace fedgather::server {
 class CollectiveReactor
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>,
       public RoundStream,
+      public FirstFrameWaiter,
       public std::enable_shared_from_this<CollectiveReactor> {
  public:
   // Start creates a reactor that keeps itself alive until OnDone. When
@@ -45,16 +47,21 @@ class CollectiveReactor
   // the caller's contribution limits.
   // `context` outlives the reactor; a stream finished by the server (not
   // broken) carries the trailing metadata kFinalStatusKey, so the client
-  // knows not to resume it.
+  // knows not to resume it. An admitted stream is watched by
+  // `first_frame`: without a header by its deadline it is refused.
   static CollectiveReactor* Start(grpc::CallbackServerContext* context,
                                   GroupRegistry* registry,
                                   AccessControl* access,
+                                  FirstFrameDeadlines* first_frame,
                                   absl::StatusOr<Admission> admission,
                                   int64_t max_chunk_bytes,
                                   std::function<absl::Time()> clock);
 
   void WakeWriter() override;
   void ResumeReading() override;
+  // Refuses the stream with DEADLINE_EXCEEDED (audited as a refused
+  // collective) unless its header has arrived.
+  void ExpireFirstFrameWait(absl::Duration limit) override;
 
  private:
   // Validates each chunk's place and hashes its bytes as they are decoded.

@@ -70,9 +70,11 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
     PendingCallbacks restored;  // events of the restore, after the lock
     FG_RETURN_IF_ERROR(server->registry_->RestoreState(o.clock(), &restored));
   }
+  server->first_frame_ =
+      std::make_unique<FirstFrameDeadlines>(o.first_frame_timeout);
   server->service_ = std::make_unique<RendezvousService>(
-      server->registry_.get(), server->access_.get(), o.limits.max_chunk_bytes,
-      o.clock);
+      server->registry_.get(), server->access_.get(),
+      server->first_frame_.get(), o.limits.max_chunk_bytes, o.clock);
   server->admin_ = std::make_unique<AdminService>(server->registry_.get(),
                                                   server->access_.get());
 
@@ -89,6 +91,10 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   // header with many tensors may be larger, so leave room for it.
   builder.SetMaxReceiveMessageSize(
       static_cast<int>(o.limits.max_chunk_bytes + (4 << 20)));
+  // A connection that does not finish its TLS handshake in time is closed.
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(o.first_frame_timeout)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(
@@ -129,6 +135,7 @@ void FedgatherServer::RunTimers() {
       PendingCallbacks callbacks;
       registry_->CheckTimers(now, &callbacks);
     }
+    first_frame_->Expire(now);
     if (now >= next_recheck) {
       access_->RecheckSessions("periodic check");
       next_recheck = now + options_.certificate_recheck_period;

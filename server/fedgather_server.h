@@ -23,6 +23,7 @@
 #include "server/admin_service.h"
 #include "server/audit_event_sink.h"
 #include "server/audit_log.h"
+#include "server/first_frame_deadlines.h"
 #include "server/group_registry.h"
 #include "server/rendezvous_service.h"
 #include "server/server_metrics.h"
@@ -41,6 +42,10 @@ struct ServerOptions {
   GroupLimits limits;  // limits.events also gets every event
   // How often timers are checked; bounds how late a timeout is noticed.
   absl::Duration timer_period = absl::Milliseconds(100);
+  // How long a new connection may take to finish its TLS handshake, and a
+  // new Session or Collective stream to send its first message, before it
+  // is closed (server/first_frame_deadlines.h).
+  absl::Duration first_frame_timeout = absl::Seconds(10);
   // How often live sessions' certificates are verified again (expiry; a
   // reload also re-checks them at once).
   absl::Duration certificate_recheck_period = absl::Seconds(30);
@@ -97,6 +102,7 @@ class FedgatherServer {
   std::unique_ptr<ServerMetrics> metrics_;  // outlives the gRPC server
   std::unique_ptr<GroupRegistry> registry_;
   std::unique_ptr<AccessControl> access_;
+  std::unique_ptr<FirstFrameDeadlines> first_frame_;
   std::unique_ptr<RendezvousService> service_;
   std::unique_ptr<AdminService> admin_;
   std::unique_ptr<grpc::Server> server_;

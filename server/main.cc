@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
   bool audit_unsigned = false;
   double cert_recheck = 30;
   double round_timeout = 300, join_timeout = 300, heartbeat_interval = 1,
-         heartbeat_timeout = 5;
+         heartbeat_timeout = 5, first_frame_timeout = 10;
   int64_t max_buffered_mib = 256;
   double resume_grace = 10;
   int64_t resume_window_mib = 32;
@@ -121,6 +121,11 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout,
                  "seconds of silence after which a member is lost")
       ->capture_default_str();
+  app.add_option("--first-frame-timeout", first_frame_timeout,
+                 "seconds a new connection may take to finish its TLS "
+                 "handshake, and a new stream to send its first message")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--max-buffered-mib", max_buffered_mib,
                  "MiB of payload a round may buffer before uploaders wait")
       ->capture_default_str();
@@ -247,6 +252,7 @@ int main(int argc, char** argv) {
   options.limits.join_timeout = Seconds(join_timeout);
   options.limits.heartbeat_interval = Seconds(heartbeat_interval);
   options.limits.heartbeat_timeout = Seconds(heartbeat_timeout);
+  options.first_frame_timeout = Seconds(first_frame_timeout);
   options.limits.max_buffered_bytes_per_round = max_buffered_mib << 20;
   options.limits.resume_grace = Seconds(resume_grace);
   options.limits.resume_window_bytes = resume_window_mib << 20;

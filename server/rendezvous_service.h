@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 #include "server/access_control.h"
+#include "server/first_frame_deadlines.h"
 #include "server/group_registry.h"
 
 namespace fedgather::server {
@@ -20,8 +21,11 @@ class RendezvousService : public v1::Rendezvous::WithCallbackMethod_Session<
                                   v1::Rendezvous::Service>> {
  public:
   // `registry` and `access` must outlive the service.
+  // `first_frame` (which must outlive the service too) watches every new
+  // stream until its first message.
   RendezvousService(GroupRegistry* registry, AccessControl* access,
-                    int64_t max_chunk_bytes, std::function<absl::Time()> clock);
+                    FirstFrameDeadlines* first_frame, int64_t max_chunk_bytes,
+                    std::function<absl::Time()> clock);
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Session(
       grpc::CallbackServerContext* context) override;
@@ -31,6 +35,7 @@ class RendezvousService : public v1::Rendezvous::WithCallbackMethod_Session<
  private:
   GroupRegistry* const registry_;
   AccessControl* const access_;
+  FirstFrameDeadlines* const first_frame_;
   const int64_t max_chunk_bytes_;
   const std::function<absl::Time()> clock_;
 };

@@ -10,6 +10,7 @@ namespace fedgather::server {
 SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
                                       GroupRegistry* registry,
                                       AccessControl* access,
+                                      FirstFrameDeadlines* first_frame,
                                       absl::StatusOr<Admission> admission,
                                       std::function<absl::Time()> clock) {
   const bool admitted = admission.ok();
@@ -25,6 +26,7 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
       reactor->counted_ = true;
     }
     access->WatchSession(reactor->caller_, reactor);
+    first_frame->Watch(reactor, reactor->clock_());
     reactor->StartRead(&reactor->request_);
   }
   return reactor.get();
@@ -32,6 +34,25 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
 
 void SessionReactor::Revoke(const absl::Status& status) {
   Lost(status.message(), status);
+}
+
+void SessionReactor::ExpireFirstFrameWait(absl::Duration limit) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (first_message_ || lost_) return;
+    lost_ = true;  // a join read after this is ignored; no group to leave
+  }
+  const absl::Status status = absl::DeadlineExceededError(absl::StrCat(
+      "the session sent no join within ", absl::FormatDuration(limit)));
+  if (EventSink* events = registry_->events(); events != nullptr) {
+    ServerEvent refused;
+    refused.kind = EventKind::kJoinRefused;
+    refused.identity = caller_.identity;
+    refused.peer = caller_.peer;
+    refused.status = status;
+    events->OnEvent(refused);
+  }
+  Close(status);
 }
 
 SessionReactor::SessionReactor(grpc::CallbackServerContext* context,
@@ -99,6 +120,11 @@ void SessionReactor::OnReadDone(bool ok) {
   }
   PendingCallbacks callbacks;
   if (group_ == nullptr) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (lost_) return;  // expired (or revoked) before its join arrived
+      first_message_ = true;
+    }
     if (absl::Status joined = HandleJoin(&callbacks); !joined.ok()) {
       Close(joined);
       return;

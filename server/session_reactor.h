@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/access_control.h"
+#include "server/first_frame_deadlines.h"
 #include "server/group_registry.h"
 
 namespace fedgather::server {
@@ -29,6 +30,7 @@ class SessionReactor
     : public grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>,
       public SessionStream,
       public RevocableSession,
+      public FirstFrameWaiter,
       public std::enable_shared_from_this<SessionReactor> {
  public:
   // Start creates a reactor that keeps itself alive until OnDone. When
@@ -37,8 +39,11 @@ class SessionReactor
   // caller's max_groups until the session ends.
   // A session the server closes carries the trailing metadata
   // kFinalStatusKey: the client does not resume it.
+  // An admitted session is watched by `first_frame`: without a join by its
+  // deadline it is refused.
   static SessionReactor* Start(grpc::CallbackServerContext* context,
                                GroupRegistry* registry, AccessControl* access,
+                               FirstFrameDeadlines* first_frame,
                                absl::StatusOr<Admission> admission,
                                std::function<absl::Time()> clock);
 
@@ -47,6 +52,9 @@ class SessionReactor
   // Revoke finishes the session with `status` and leaves the group, whose
   // epoch then ends naming this member and `status`'s message.
   void Revoke(const absl::Status& status) override;
+  // Refuses the session with DEADLINE_EXCEEDED (logged as a refused join)
+  // unless its join has arrived.
+  void ExpireFirstFrameWait(absl::Duration limit) override;
 
  private:
   SessionReactor(grpc::CallbackServerContext* context, GroupRegistry* registry,
@@ -85,6 +93,8 @@ class SessionReactor
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
+  // The first message arrived; a session expired before that is lost_.
+  bool first_message_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status pending_finish_ ABSL_GUARDED_BY(mu_);
   bool has_pending_finish_ ABSL_GUARDED_BY(mu_) = false;
   // One of the caller's max_groups, from a successful join until Lost.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "client/part_buffer.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -433,7 +434,7 @@ Work<std::vector<std::string>> Group::AllGatherBytesAsync(
   return Enqueue<std::vector<std::string>>(
       [this, bytes = std::move(bytes),
        options]() -> absl::StatusOr<std::vector<std::string>> {
-        std::vector<std::string> gathered(world_size_);
+        std::vector<PartBuffer> parts(world_size_);
         const ConstHostTensor input{
             {"bytes", DType::kU8, {static_cast<int64_t>(bytes.size())}},
             bytes.data()};
@@ -441,10 +442,14 @@ Work<std::vector<std::string>> Group::AllGatherBytesAsync(
             {&input, 1},
             [&](int rank, int,
                 const TensorSpec& spec) -> absl::StatusOr<void*> {
-              gathered[rank].resize(static_cast<size_t>(spec.shape[0]));
-              return gathered[rank].data();
+              return parts[rank].Allocate(static_cast<size_t>(spec.shape[0]));
             },
             options, v1::ALL_GATHER_BYTES));
+        std::vector<std::string> gathered;
+        for (const PartBuffer& part : parts) {
+          gathered.emplace_back(reinterpret_cast<const char*>(part.data()),
+                                part.size());
+        }
         return gathered;
       });
 }

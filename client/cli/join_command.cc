@@ -17,6 +17,7 @@
 #include "client/client.h"
 #include "client/nccl/cpu_local_collective.h"
 #include "client/nccl/stacked_gather.h"
+#include "client/part_buffer.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -67,8 +68,8 @@ absl::StatusOr<Result> AllGatherV(Group& group,
                                   const CollectiveOptions& options) {
   const int world = group.world_size();
   // parts[i][r]: rank r's part of tensor i.
-  std::vector<std::vector<std::vector<uint8_t>>> parts(
-      inputs.size(), std::vector<std::vector<uint8_t>>(world));
+  std::vector<std::vector<PartBuffer>> parts(inputs.size());
+  for (auto& tensor_parts : parts) tensor_parts.resize(world);
   std::vector<std::vector<TensorSpec>> specs(inputs.size(),
                                              std::vector<TensorSpec>(world));
   const Group::PartAllocator allocate =
@@ -76,8 +77,7 @@ absl::StatusOr<Result> AllGatherV(Group& group,
           const TensorSpec& spec) -> absl::StatusOr<void*> {
     FG_ASSIGN_OR_RETURN(const int64_t bytes, ByteSize(spec));
     specs[index][rank] = spec;
-    parts[index][rank].resize(static_cast<size_t>(bytes));
-    return parts[index][rank].data();
+    return parts[index][rank].Allocate(static_cast<size_t>(bytes));
   };
   FG_RETURN_IF_ERROR(group.AllGatherV(inputs, allocate, options));
   Result result;
@@ -89,7 +89,8 @@ absl::StatusOr<Result> AllGatherV(Group& group,
     for (int r = 0; r < world; ++r) {
       spec.shape[0] += specs[i][r].shape[0];
       split.push_back(specs[i][r].shape[0]);
-      joined.insert(joined.end(), parts[i][r].begin(), parts[i][r].end());
+      const PartBuffer& part = parts[i][r];
+      joined.insert(joined.end(), part.data(), part.data() + part.size());
     }
     result.metadata["fedgather.split." + spec.name] = absl::StrJoin(split, ",");
     result.Add(std::move(spec), std::move(joined));

@@ -31,6 +31,8 @@ struct NoResult {};
 
 template <typename T = NoResult>
 class Work {
+  struct State;  // defined below; Completer shares it
+
  public:
   // Wait blocks until the collective completes or `timeout` passes. Returns
   // the collective's status, or DEADLINE_EXCEEDED when it has not completed
@@ -72,9 +74,9 @@ class Work {
 
    private:
     friend class Work;
-    explicit Completer(std::shared_ptr<typename Work::State> state)
+    explicit Completer(std::shared_ptr<State> state)
         : state_(std::move(state)) {}
-    std::shared_ptr<typename Work::State> state_;
+    std::shared_ptr<State> state_;
   };
   static std::pair<Work, Completer> Make() {
     auto state = std::make_shared<State>();

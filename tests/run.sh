@@ -6,11 +6,24 @@
 # the fedgather and fedgather-server binaries, then validates the deploy
 # artefacts offline (deploy/validate.sh: compose, kustomize, schemas).
 #
-#   tests/run.sh [--build-dir DIR] [--fuzz SECONDS]
+#   tests/run.sh [--build-dir DIR] [--sanitize address,undefined|thread]
+#                [--fuzz SECONDS]
+#
+# --sanitize address,undefined builds the suite with clang, ASan and UBSan in
+# DIR-asan and runs every ctest test there (the Python module is not built:
+# it would need the sanitizer runtime preloaded into python3). --sanitize
+# thread does the same with TSan in DIR-tsan, against an abseil built with
+# TSan from Debian's source package (tests/sanitizers/build_absl_tsan.sh), so
+# that TSan sees absl::Mutex. Either replaces the plain build, simulation and
+# deploy validation; run tests/run.sh without it for those.
 #
 # --fuzz SECONDS also builds the libFuzzer targets (tests/fuzz) with clang,
-# ASan and UBSan in DIR-fuzz (installing clang-14 and libclang-rt-14-dev if
-# missing) and runs each for SECONDS from its seed corpus.
+# ASan and UBSan in DIR-asan and runs each for SECONDS from its seed corpus.
+# It cannot be combined with --sanitize thread.
+#
+# Sanitizer and fuzz builds install clang-14 and libclang-rt-14-dev if
+# missing, and are built -O1 -gline-tables-only (fast to build, readable
+# stacks).
 #
 # The build directory is --build-dir, else $BUILD_DIR, else build (relative
 # paths are relative to the directory the script was started from; the
@@ -20,10 +33,14 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-usage() { echo "usage: tests/run.sh [--build-dir DIR] [--fuzz SECONDS]" >&2; exit "${1:-2}"; }
+usage() {
+  echo "usage: tests/run.sh [--build-dir DIR] [--sanitize address,undefined|thread] [--fuzz SECONDS]" >&2
+  exit "${1:-2}"
+}
 
 BUILD_DIR="${BUILD_DIR:-}"
 FUZZ_SECONDS=""
+SANITIZE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir)
@@ -35,11 +52,20 @@ while [ $# -gt 0 ]; do
         echo "--fuzz needs a positive number of seconds" >&2; usage
       fi
       FUZZ_SECONDS="$2"; shift ;;
+    --sanitize)
+      if [ $# -lt 2 ] || { [ "$2" != "address,undefined" ] && [ "$2" != "thread" ]; }; then
+        echo "--sanitize needs address,undefined or thread" >&2; usage
+      fi
+      SANITIZE="$2"; shift ;;
     -h|--help) usage 0 ;;
     *) echo "unknown argument: $1" >&2; usage ;;
   esac
   shift
 done
+if [ "$SANITIZE" = "thread" ] && [ -n "$FUZZ_SECONDS" ]; then
+  echo "--fuzz builds with address,undefined; it cannot be combined with --sanitize thread" >&2
+  usage
+fi
 if [ -z "$BUILD_DIR" ]; then
   BUILD_DIR="$ROOT/build"
 else
@@ -71,6 +97,72 @@ section "$current"
 bash deploy/install-deps.sh
 done_in "$current"
 
+# clang_build DIR SANITIZERS TESTS configures DIR with clang-14 and the
+# sanitizers (-DFEDGATHER_SANITIZE), with the fuzz targets when --fuzz was
+# given and the test suite when TESTS is ON, and builds it.
+clang_build() {
+  local dir="$1" sanitizers="$2" tests="$3" fuzz=OFF packages=()
+  [ -n "$FUZZ_SECONDS" ] && fuzz=ON
+  for p in clang-14 libclang-rt-14-dev; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+      packages+=("$p")
+  done
+  if [ ${#packages[@]} -gt 0 ]; then
+    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+      "${packages[@]}"
+  fi
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
+    -DFEDGATHER_SANITIZE="$sanitizers" -DFEDGATHER_FUZZ="$fuzz" \
+    -DFEDGATHER_BUILD_TESTS="$tests" -DFEDGATHER_BUILD_PYTHON=OFF
+  cmake --build "$dir" -j2
+}
+
+# run_fuzzers DIR runs every fuzz target of DIR for FUZZ_SECONDS.
+run_fuzzers() {
+  current="fuzzing: ${FUZZ_SECONDS} s per target (tests/fuzz)"
+  section "$current"
+  bash tests/fuzz/run_fuzzers.sh "$FUZZ_SECONDS" "$1"
+  done_in "fuzzing"
+}
+
+if [ -n "$SANITIZE" ]; then
+  if [ "$SANITIZE" = "thread" ]; then
+    SAN_DIR="$BUILD_DIR-tsan"
+    current="abseil with TSan (tests/sanitizers/build_absl_tsan.sh)"
+    section "$current"
+    bash tests/sanitizers/build_absl_tsan.sh "$SAN_DIR/absl-tsan"
+    done_in "abseil with TSan"
+    # Every process of the suite (tests, the server, the CLI) loads it.
+    export LD_LIBRARY_PATH="$SAN_DIR/absl-tsan/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$ROOT/tests/sanitizers/tsan.supp"
+  else
+    SAN_DIR="$BUILD_DIR-asan"
+    export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1"
+    export LSAN_OPTIONS="suppressions=$ROOT/tests/sanitizers/lsan.supp"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+  fi
+  current="building $SAN_DIR with $SANITIZE (clang, -j2)"
+  section "$current"
+  clang_build "$SAN_DIR" "$SANITIZE" ON
+  done_in "sanitizer build"
+
+  current="the suite under $SANITIZE (ctest)"
+  section "$current"
+  GRPC_VERBOSITY="${GRPC_VERBOSITY:-NONE}" \
+    ctest --test-dir "$SAN_DIR" --output-on-failure -j2 --timeout 900
+  done_in "ctest under $SANITIZE"
+
+  [ -n "$FUZZ_SECONDS" ] && run_fuzzers "$SAN_DIR"
+  echo
+  echo "tests/run.sh: all passed under $SANITIZE in ${SECONDS} s (build dir $SAN_DIR)"
+  exit 0
+fi
+
 current="configuring $BUILD_DIR"
 section "$current"
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATHER_BUILD_TESTS=ON
@@ -93,26 +185,11 @@ bash deploy/local/run.sh --no-build --build-dir "$BUILD_DIR"
 done_in "simulation"
 
 if [ -n "$FUZZ_SECONDS" ]; then
-  current="fuzzing: ${FUZZ_SECONDS} s per target (tests/fuzz)"
+  current="building the fuzz targets in $BUILD_DIR-asan (clang, ASan, UBSan)"
   section "$current"
-  fuzz_packages=()
-  for p in clang-14 libclang-rt-14-dev; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
-      fuzz_packages+=("$p")
-  done
-  if [ ${#fuzz_packages[@]} -gt 0 ]; then
-    SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    $SUDO apt-get update -q
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
-      "${fuzz_packages[@]}"
-  fi
-  CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR-fuzz" -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATHER_FUZZ=ON -DFEDGATHER_BUILD_TESTS=OFF \
-    -DFEDGATHER_BUILD_PYTHON=OFF -DFEDGATHER_WITH_NCCL=OFF
-  cmake --build "$BUILD_DIR-fuzz" -j2 --target frame_decoder_fuzzer safetensors_fuzzer \
-    policy_fuzzer audit_verify_fuzzer
-  bash tests/fuzz/run_fuzzers.sh "$FUZZ_SECONDS" "$BUILD_DIR-fuzz"
-  done_in "fuzzing"
+  clang_build "$BUILD_DIR-asan" address,undefined OFF
+  done_in "fuzz build"
+  run_fuzzers "$BUILD_DIR-asan"
 fi
 
 current="deploy artefacts, offline (deploy/validate.sh)"

@@ -88,9 +88,12 @@ TEST(ResumeTest, AllGatherResumesMidUploadAndMidDownload) {
     EXPECT_EQ(stats[r].payload_bytes_received, (kWorld - 1) * kBytes)
         << "rank " << r;
   }
+  // Ranks 1 and 2 resumed: one more stream each, or more when a resume came
+  // before the server saw the old stream end and was told to retry
+  // (docs/protocol.md; seen under ASan).
   EXPECT_EQ(stats[0].streams, 1);
-  EXPECT_EQ(stats[1].streams, 2);
-  EXPECT_EQ(stats[2].streams, 2);
+  EXPECT_GE(stats[1].streams, 2);
+  EXPECT_GE(stats[2].streams, 2);
   // Rank 1 sends again only what the server had not received when its
   // stream broke: at most what it had written past the server.
   const int64_t upload_resent = stats[1].payload_bytes_sent - kBytes;

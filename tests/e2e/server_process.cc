@@ -15,29 +15,35 @@
 namespace fedgather::testing {
 
 ServerProcess::ServerProcess(const TestCluster& cluster,
-                             std::vector<std::string> extra)
+                             std::vector<std::string> extra,
+                             std::vector<std::string> launcher,
+                             std::string host)
     : dir_(cluster.dir()),
       policy_(cluster.policy_path()),
-      extra_(std::move(extra)) {}
+      extra_(std::move(extra)),
+      launcher_(std::move(launcher)),
+      host_(std::move(host)) {}
 
 ServerProcess::~ServerProcess() { Kill(); }
 
 void ServerProcess::Start(int port) {
   const std::string port_file = dir_ + "/port";
   ::unlink(port_file.c_str());
-  std::vector<std::string> args = {FEDGATHER_SERVER_PATH,
-                                   "--listen",
-                                   absl::StrCat("127.0.0.1:", port),
-                                   "--port-file",
-                                   port_file,
-                                   "--cert",
-                                   dir_ + "/server/cert.pem",
-                                   "--key",
-                                   dir_ + "/server/key.pem",
-                                   "--client-ca",
-                                   dir_ + "/ca.pem",
-                                   "--policy",
-                                   policy_};
+  const std::vector<std::string> command = {FEDGATHER_SERVER_PATH,
+                                            "--listen",
+                                            absl::StrCat(host_, ":", port),
+                                            "--port-file",
+                                            port_file,
+                                            "--cert",
+                                            dir_ + "/server/cert.pem",
+                                            "--key",
+                                            dir_ + "/server/key.pem",
+                                            "--client-ca",
+                                            dir_ + "/ca.pem",
+                                            "--policy",
+                                            policy_};
+  std::vector<std::string> args = launcher_;
+  args.insert(args.end(), command.begin(), command.end());
   args.insert(args.end(), extra_.begin(), extra_.end());
   pid_ = SpawnProcess(std::move(args), "", log_path(), /*append=*/true);
   ASSERT_GT(pid_, 0);

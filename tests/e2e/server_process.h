@@ -15,11 +15,14 @@ namespace fedgather::testing {
 
 class ServerProcess {
  public:
-  // `extra` flags are added to every start.
-  ServerProcess(const TestCluster& cluster, std::vector<std::string> extra);
+  // `extra` flags are added to every start. `launcher` is put before the
+  // command (e.g. "ip netns exec NS"); the server listens on `host`.
+  ServerProcess(const TestCluster& cluster, std::vector<std::string> extra,
+                std::vector<std::string> launcher = {},
+                std::string host = "127.0.0.1");
   ~ServerProcess();  // kills it if it runs
 
-  // Start runs the server on 127.0.0.1:`port` (0: any) and waits until it
+  // Start runs the server on host:`port` (0: any) and waits until it
   // listens; fails the test if it does not within 60 s.
   void Start(int port);
   // Kill sends SIGKILL and reaps it.
@@ -31,6 +34,8 @@ class ServerProcess {
 
   std::string address() const;
   int port() const { return port_; }
+  // The running server's process id (for /proc sampling); 0 when stopped.
+  pid_t pid() const { return pid_; }
   std::string log_path() const { return dir_ + "/server.log"; }
   std::string Log() const;
 
@@ -38,6 +43,8 @@ class ServerProcess {
   const std::string dir_;
   const std::string policy_;
   const std::vector<std::string> extra_;
+  const std::vector<std::string> launcher_;
+  const std::string host_;
   pid_t pid_ = 0;
   int port_ = 0;
 };

@@ -9,6 +9,7 @@
 
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "common/file_io.h"
 
 extern char** environ;
@@ -42,6 +43,20 @@ int WaitProcess(pid_t pid) {
   int status = 0;
   EXPECT_EQ(::waitpid(pid, &status, 0), pid);
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int WaitProcessFor(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    EXPECT_GE(done, 0) << "waitpid " << pid;
+    if (done == pid) {
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (done < 0 || absl::Now() >= deadline) return -1;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
 }
 
 int RunProcess(std::vector<std::string> argv, std::string* out,

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
+
 namespace fedgather::testing {
 
 // SpawnProcess starts argv[0] with `argv`; returns its pid (0, and a test
@@ -20,6 +22,10 @@ pid_t SpawnProcess(std::vector<std::string> argv,
 // WaitProcess reaps `pid`; returns its exit code, or 128 + the signal that
 // ended it.
 int WaitProcess(pid_t pid);
+
+// WaitProcessFor reaps `pid` if it exits within `timeout`: returns
+// WaitProcess's code, or -1 when it is still running (it is left running).
+int WaitProcessFor(pid_t pid, absl::Duration timeout);
 
 // RunProcess runs `argv` to completion; returns WaitProcess's code and puts
 // its stdout and stderr in *out and *err.

@@ -38,7 +38,7 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   dir_ = tmpl;
   ProvisionOptions provision;
   provision.out_dir = dir_;
-  provision.server_names = {"localhost", "127.0.0.1"};
+  provision.server_names = options.server_names;
   for (int i = 0; i < options.participants; ++i) {
     provision.participants.push_back(Site(i));
   }

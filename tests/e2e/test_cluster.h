@@ -52,6 +52,8 @@ struct ClusterOptions {
   // fedgather-server process itself (address() and server() are unusable).
   bool in_process_server = true;
   bool metrics = false;  // serve /metrics on 127.0.0.1:0
+  // DNS names and IPs the server certificate names.
+  std::vector<std::string> server_names = {"localhost", "127.0.0.1"};
 };
 
 class TestCluster {

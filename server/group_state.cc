@@ -255,8 +255,13 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   rounds_.clear();
   outcomes_.clear();
   for (const Waiting* w : by_rank) {
-    members_.push_back(
-        Member{w->identity, w->peer, w->session, w->session_key, now, 0});
+    Member member;
+    member.identity = w->identity;
+    member.peer = w->peer;
+    member.session = w->session;
+    member.session_key = w->session_key;
+    member.last_heartbeat = now;
+    members_.push_back(std::move(member));
   }
   waiting_.clear();
   if (journal_ != nullptr) {

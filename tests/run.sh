@@ -122,6 +122,16 @@ clang_build() {
   cmake --build "$dir" -j2
 }
 
+# run_ctest DIR TITLE runs every test of DIR (two at a time; at most 15
+# minutes each, for the sanitizer builds).
+run_ctest() {
+  current="$2"
+  section "$current"
+  GRPC_VERBOSITY="${GRPC_VERBOSITY:-NONE}" \
+    ctest --test-dir "$1" --output-on-failure -j2 --timeout 900
+  done_in "$2"
+}
+
 # run_fuzzers DIR runs every fuzz target of DIR for FUZZ_SECONDS.
 run_fuzzers() {
   current="fuzzing: ${FUZZ_SECONDS} s per target (tests/fuzz)"
@@ -151,11 +161,7 @@ if [ -n "$SANITIZE" ]; then
   clang_build "$SAN_DIR" "$SANITIZE" ON
   done_in "sanitizer build"
 
-  current="the suite under $SANITIZE (ctest)"
-  section "$current"
-  GRPC_VERBOSITY="${GRPC_VERBOSITY:-NONE}" \
-    ctest --test-dir "$SAN_DIR" --output-on-failure -j2 --timeout 900
-  done_in "ctest under $SANITIZE"
+  run_ctest "$SAN_DIR" "the suite under $SANITIZE (ctest)"
 
   [ -n "$FUZZ_SECONDS" ] && run_fuzzers "$SAN_DIR"
   echo
@@ -173,11 +179,7 @@ section "$current"
 cmake --build "$BUILD_DIR" -j2
 done_in "build"
 
-current="unit and end-to-end tests (ctest)"
-section "$current"
-GRPC_VERBOSITY="${GRPC_VERBOSITY:-NONE}" \
-  ctest --test-dir "$BUILD_DIR" --output-on-failure -j2 --timeout 600
-done_in "ctest"
+run_ctest "$BUILD_DIR" "unit and end-to-end tests (ctest)"
 
 current="local federated simulation (deploy/local/run.sh)"
 section "$current"

@@ -26,7 +26,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class RoundTest : public RoundHarness {};
+class RoundTest : public RoundHarness {
+ protected:
+  std::unique_ptr<Round> BothCommitsHandedOver();
+};
 
 TEST_F(RoundTest, World3ForwardsHeadersThenChunksToEveryOtherRank) {
   std::unique_ptr<Round> round = MakeRound(3);
@@ -608,19 +611,26 @@ TEST_F(RoundTest, DeliveredFramesStayForResumesUntilTheGraceAfterTheCommits) {
   EXPECT_EQ(round->TailBytes(), 0);
 }
 
-// The soak test found this: a stream that broke with its commit handed over
-// but not received was refused every resume ("previous stream is still
-// open; retry") until the client gave up, while the others had committed.
-TEST_F(RoundTest, AStreamLostWithItsCommitInFlightResumesAndGetsItAgain) {
+// BothCommitsHandedOver: a resumable round of 2 that completed, with each
+// rank's frames and commit handed to its stream.
+std::unique_ptr<Round> RoundTest::BothCommitsHandedOver() {
   resume_grace_ = absl::Seconds(10);
   std::unique_ptr<Round> round = MakeRound(2);
   for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(Attach(*round, r).ok());
+    EXPECT_TRUE(Attach(*round, r).ok());
     EXPECT_TRUE(Offer(*round, r, 0));
     EXPECT_TRUE(Offer(*round, r, 1));
     End(*round, r);
   }
-  PumpAll(*round);  // both commits handed over
+  PumpAll(*round);
+  return round;
+}
+
+// The soak test found this: a stream that broke with its commit handed over
+// but not received was refused every resume ("previous stream is still
+// open; retry") until the client gave up, while the others had committed.
+TEST_F(RoundTest, AStreamLostWithItsCommitInFlightResumesAndGetsItAgain) {
+  std::unique_ptr<Round> round = BothCommitsHandedOver();
   ASSERT_TRUE(received_[1].committed);
   {
     // Rank 1's connection breaks: its client had read only the header.
@@ -643,15 +653,7 @@ TEST_F(RoundTest, AStreamLostWithItsCommitInFlightResumesAndGetsItAgain) {
 }
 
 TEST_F(RoundTest, AResumeAfterTheCommittedStreamFinishedGetsTheCommitAgain) {
-  resume_grace_ = absl::Seconds(10);
-  std::unique_ptr<Round> round = MakeRound(2);
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_TRUE(Attach(*round, r).ok());
-    EXPECT_TRUE(Offer(*round, r, 0));
-    EXPECT_TRUE(Offer(*round, r, 1));
-    End(*round, r);
-  }
-  PumpAll(*round);
+  std::unique_ptr<Round> round = BothCommitsHandedOver();
   // Rank 1's stream finished (gone without a cancel), but its client never
   // got the commit: it resumes with every frame.
   streams_[1] = std::make_shared<FakeRoundStream>();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/tsan_handoff.h"
 
 namespace fedgather::server {
 
@@ -25,6 +26,7 @@ CollectiveReactor* CollectiveReactor::Start(
       reactor->counted_ = true;
     }
     first_frame->Watch(reactor, reactor->clock_());
+    TsanHandOff(reactor.get());
     reactor->StartRead(&reactor->read_buffer_);
   }
   return reactor.get();
@@ -68,26 +70,33 @@ void CollectiveReactor::UploadSink::Data(const uint8_t* data, size_t size) {
 
 void CollectiveReactor::LoseStream(absl::string_view why) {
   PendingCallbacks callbacks;  // runs after the locks are released
-  absl::MutexLock read_lock(&read_mu_);
-  std::shared_ptr<Round> r;
   {
-    absl::MutexLock lock(&mu_);
-    if (lost_) return;
-    lost_ = true;
-    r = round_;
+    absl::MutexLock read_lock(&read_mu_);
+    std::shared_ptr<Round> r;
+    {
+      absl::MutexLock lock(&mu_);
+      if (lost_) return;
+      lost_ = true;
+      r = round_;
+    }
+    if (r != nullptr) {
+      r->StreamLost(rank_, why, clock_(), &callbacks, std::move(hasher_));
+    }
   }
-  if (r == nullptr) {
+  // Finished with no lock held: once Finish is called, OnDone may free
+  // this reactor.
+  if (round() == nullptr) {
     FinishWithoutRound(absl::CancelledError(
         absl::StrCat("the collective stream ", why, " before its header")));
     return;
   }
-  r->StreamLost(rank_, why, clock_(), &callbacks, std::move(hasher_));
   // The round no longer drives this stream: finish it here, so OnDone runs.
   {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
     finished_ = true;
   }
+  TsanHandOff(this);
   Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                       absl::StrCat("the collective stream ", why)));
 }
@@ -108,6 +117,7 @@ void CollectiveReactor::ExpireFirstFrameWait(absl::Duration limit) {
 }
 
 void CollectiveReactor::OnReadDone(bool ok) {
+  TsanTakeOver(this);
   if (!ok) {
     if (phase_ == Phase::kEnded) return;  // the client half-closed after End
     LoseStream("closed its collective stream");
@@ -129,6 +139,7 @@ void CollectiveReactor::OnReadDone(bool ok) {
   if (!read_more.ok()) {
     RejectUpload(read_more.status(), &callbacks);
   } else if (*read_more) {
+    TsanHandOff(this);
     StartRead(&read_buffer_);
   }
 }
@@ -317,6 +328,7 @@ void CollectiveReactor::FinishWith(const absl::Status& status) {
   context_->AddTrailingMetadata(
       kFinalStatusKey,
       status.GetPayload(kRetryPayload).has_value() ? kFinalStatusRetry : "1");
+  TsanHandOff(this);
   Finish(ToGrpcStatus(status));
 }
 
@@ -352,10 +364,12 @@ void CollectiveReactor::WakeWriter() {
   // write_buffer_ is stable: nothing else writes it until this write is done.
   switch (out.kind) {
     case Outgoing::Kind::kFrame:
+      TsanHandOff(this);
       StartWrite(&write_buffer_);
       break;
     case Outgoing::Kind::kCommitAndFinish:
       context_->AddTrailingMetadata(kFinalStatusKey, "1");
+      TsanHandOff(this);
       StartWriteAndFinish(&write_buffer_, grpc::WriteOptions(),
                           grpc::Status::OK);
       break;
@@ -368,6 +382,7 @@ void CollectiveReactor::WakeWriter() {
 }
 
 void CollectiveReactor::OnWriteDone(bool ok) {
+  TsanTakeOver(this);
   PendingCallbacks callbacks;  // runs after mu_ is released
   {
     // The write stays "in flight" until the round has advanced this stream's
@@ -389,12 +404,17 @@ void CollectiveReactor::ResumeReading() {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
   }
+  TsanHandOff(this);
   StartRead(&read_buffer_);
 }
 
-void CollectiveReactor::OnCancel() { LoseStream("was cancelled"); }
+void CollectiveReactor::OnCancel() {
+  TsanTakeOver(this);
+  LoseStream("was cancelled");
+}
 
 void CollectiveReactor::OnDone() {
+  TsanTakeOver(this);
   if (counted_) registry_->metrics()->StreamClosed(StreamKind::kCollective);
   {
     absl::MutexLock lock(&mu_);

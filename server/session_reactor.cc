@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/tsan_handoff.h"
 
 namespace fedgather::server {
 
@@ -27,6 +28,7 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
     }
     access->WatchSession(reactor->caller_, reactor);
     first_frame->Watch(reactor, reactor->clock_());
+    TsanHandOff(reactor.get());
     reactor->StartRead(&reactor->request_);
   }
   return reactor.get();
@@ -114,6 +116,7 @@ absl::Status SessionReactor::HandleJoin(PendingCallbacks* callbacks) {
 }
 
 void SessionReactor::OnReadDone(bool ok) {
+  TsanTakeOver(this);
   if (!ok) {
     Lost("its session stream closed");
     return;
@@ -141,6 +144,7 @@ void SessionReactor::OnReadDone(bool ok) {
     Lost("it sent a second join");
     return;
   }
+  TsanHandOff(this);
   StartRead(&request_);
 }
 
@@ -151,10 +155,12 @@ void SessionReactor::SendJoined(const v1::Joined& joined) {
     write_in_flight_ = true;
     *event_.mutable_joined() = joined;
   }
+  TsanHandOff(this);
   StartWrite(&event_);
 }
 
 void SessionReactor::OnWriteDone(bool ok) {
+  TsanTakeOver(this);
   absl::Status finish;
   {
     absl::MutexLock lock(&mu_);
@@ -178,6 +184,7 @@ void SessionReactor::Close(const absl::Status& status) {
     finished_ = true;
   }
   context_->AddTrailingMetadata(kFinalStatusKey, "1");
+  TsanHandOff(this);
   Finish(ToGrpcStatus(status));
 }
 
@@ -200,9 +207,13 @@ void SessionReactor::Lost(absl::string_view why, const absl::Status& finish,
                     : finish);
 }
 
-void SessionReactor::OnCancel() { Lost("its session was cancelled"); }
+void SessionReactor::OnCancel() {
+  TsanTakeOver(this);
+  Lost("its session was cancelled");
+}
 
 void SessionReactor::OnDone() {
+  TsanTakeOver(this);
   Lost("its session finished");
   if (counted_) registry_->metrics()->StreamClosed(StreamKind::kSession);
   std::shared_ptr<SessionReactor> last = std::move(self_);

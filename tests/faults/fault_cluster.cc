@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,12 @@ std::vector<std::string> ServerFlags(const TestCluster& cluster,
 
 double SecondsSince(absl::Time start) {
   return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+void ReportFault(const std::string& fault, absl::Duration bound,
+                 double observed) {
+  std::cout << "FAULT " << fault << ": bound " << bound << ", observed "
+            << observed << " s" << std::endl;
 }
 
 FaultCluster::FaultCluster(int world, std::vector<std::string> server_flags,

@@ -108,6 +108,11 @@ class FaultCluster {
 // Since returns the time since `start` in seconds, for the fault reports.
 double SecondsSince(absl::Time start);
 
+// ReportFault prints "FAULT <fault>: bound B, observed O s", the line the
+// fault matrix in docs/testing.md is made from.
+void ReportFault(const std::string& fault, absl::Duration bound,
+                 double observed);
+
 }  // namespace fedgather::testing
 
 #endif  // FEDGATHER_TESTS_FAULTS_FAULT_CLUSTER_H_

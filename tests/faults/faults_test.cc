@@ -38,11 +38,6 @@ using ::testing::HasSubstr;
 constexpr size_t kMiB = 1 << 20;
 const char kSite2[] = "rank 1 (spiffe://fedgather/site-2)";
 
-void Report(const std::string& fault, absl::Duration bound, double observed) {
-  std::cout << "FAULT " << fault << ": bound " << bound << ", observed "
-            << observed << " s" << std::endl;
-}
-
 // A running process's resident memory, in KiB.
 int64_t RssKiB(pid_t pid) {
   absl::StatusOr<ProcessStats> stats = ReadProcessStats(pid);
@@ -104,7 +99,7 @@ TEST(FaultTest, ParticipantKilledMidUploadFailsTheOthersNamingIt) {
     EXPECT_THAT(c.Log(*p), HasSubstr("UNAVAILABLE"));
     EXPECT_THAT(c.Log(*p), HasSubstr(kSite2));
   }
-  Report("kill -9 participant mid-upload", bound, SecondsSince(killed));
+  ReportFault("kill -9 participant mid-upload", bound, SecondsSince(killed));
   EXPECT_EQ(c.CountEvents("contribution_complete", {{"rank", 1}}), 0)
       << "the victim's upload ended before the kill: not mid-upload";
   c.ExpectNextRoundWorks(100);
@@ -130,8 +125,8 @@ TEST(FaultTest, ParticipantKilledMidDownloadLosesNothingForTheOthers) {
     EXPECT_EQ(c.Exit(*p, bound), 0) << c.Log(*p);
     c.ExpectGathered(*p, {&a, &victim, &b});
   }
-  Report("kill -9 participant mid-download (others)", bound,
-         SecondsSince(stopped));
+  ReportFault("kill -9 participant mid-download (others)", bound,
+              SecondsSince(stopped));
   ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
   EXPECT_EQ(c.Exit(victim, absl::Seconds(10)), 128 + SIGKILL)
       << "the victim finished its download before the kill";
@@ -160,7 +155,7 @@ TEST(FaultTest, StoppedParticipantIsLostAfterTheHeartbeatTimeout) {
     EXPECT_THAT(c.Log(*p),
                 HasSubstr(absl::StrCat(kSite2, " sent no heartbeat")));
   }
-  Report("kill -STOP participant", bound, SecondsSince(stopped));
+  ReportFault("kill -STOP participant", bound, SecondsSince(stopped));
   // Woken up, the hung peer learns it was dropped, and exits.
   ASSERT_EQ(::kill(victim.pid, SIGCONT), 0);
   EXPECT_EQ(c.Exit(victim, absl::Seconds(30)), 1) << c.Log(victim);
@@ -188,8 +183,8 @@ TEST(FaultTest, ServerKilledMidRoundAndRestartedLosesNothing) {
   c.server().Start(port);
   const absl::Duration bound = absl::Seconds(60);
   for (Participant* p : all) EXPECT_EQ(c.Exit(*p, bound), 0) << c.Log(*p);
-  Report("kill -9 server mid-round, restart with --state-dir", bound,
-         SecondsSince(killed));
+  ReportFault("kill -9 server mid-round, restart with --state-dir", bound,
+              SecondsSince(killed));
   for (Participant* p : all) c.ExpectGathered(*p, {all[0], all[1], all[2]});
   EXPECT_EQ(c.CountEvents("group_restored", {{"group", "demo"}}), 1)
       << c.server().Log();
@@ -223,8 +218,8 @@ TEST(FaultTest, SlowlorisConnectionsAndStreamsAreClosed) {
   v1::SessionEvent event;
   EXPECT_FALSE(session->Read(&event));
   const grpc::Status session_status = session->Finish();
-  Report("slowloris (20 TCP, 1 collective, 1 session)", bound,
-         SecondsSince(opened));
+  ReportFault("slowloris (20 TCP, 1 collective, 1 session)", bound,
+              SecondsSince(opened));
   EXPECT_LT(absl::Now() - opened, bound);
   EXPECT_EQ(collective_status.error_code(), grpc::DEADLINE_EXCEEDED);
   EXPECT_EQ(collective_status.error_message(),
@@ -268,7 +263,7 @@ TEST(FaultTest, FiveHundredGarbageConnectionsAreRefusedWhileARoundRuns) {
   }
   c.ExpectNextRoundWorks(150);  // while they attack
   for (std::thread& t : attackers) t.join();
-  Report("500 garbage connections", bound, SecondsSince(start));
+  ReportFault("500 garbage connections", bound, SecondsSince(start));
   EXPECT_EQ(closed.load(), 500);
   // The server let go of every one of them.
   absl::StatusOr<ProcessStats> after =
@@ -334,7 +329,7 @@ TEST(FaultTest, HugeDeclaredSizeWithLittleSentFailsAtTheDeadline) {
   while (stream->Read(&ignored)) {
   }
   const grpc::Status status = stream->Finish();
-  Report("declares 4 GiB, sends 1 MiB", bound, SecondsSince(sent));
+  ReportFault("declares 4 GiB, sends 1 MiB", bound, SecondsSince(sent));
   EXPECT_EQ(status.error_code(), grpc::DEADLINE_EXCEEDED);
   EXPECT_THAT(status.error_message(), HasSubstr(missing));
   // Nothing was allocated for the declared size.

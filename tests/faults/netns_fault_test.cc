@@ -168,8 +168,7 @@ TEST_F(NetworkCutTest, ACutShorterThanTheHeartbeatTimeoutHeals) {
   for (Participant* p : {&a, &site2, &c}) {
     EXPECT_EQ(cluster_->Exit(*p, bound), 0) << cluster_->Log(*p);
   }
-  std::cout << "FAULT network cut 2 s mid-upload (heals): bound " << bound
-            << ", observed " << SecondsSince(cut) << " s" << std::endl;
+  ReportFault("network cut 2 s mid-upload (heals)", bound, SecondsSince(cut));
   EXPECT_EQ(cluster_->CountEvents("contribution_complete", {{"rank", 1}}), 1);
   for (Participant* p : {&a, &site2, &c}) {
     cluster_->ExpectGathered(*p, {&a, &site2, &c});
@@ -195,8 +194,7 @@ TEST_F(NetworkCutTest, ALongCutLosesTheSiteAndTheOthersFailNamingIt) {
                 HasSubstr("rank 1 (spiffe://fedgather/site-2) sent no "
                           "heartbeat"));
   }
-  std::cout << "FAULT network cut mid-upload (lost): bound " << bound
-            << ", observed " << SecondsSince(cut) << " s" << std::endl;
+  ReportFault("network cut mid-upload (lost)", bound, SecondsSince(cut));
   EXPECT_EQ(cluster_->CountEvents("contribution_complete", {{"rank", 1}}), 0)
       << "site-2's upload ended before the cut: not mid-round";
   netns_.Restore(2);

@@ -227,6 +227,12 @@ TEST(FaultTest, SlowlorisConnectionsAndStreamsAreClosed) {
   EXPECT_EQ(session_status.error_code(), grpc::DEADLINE_EXCEEDED);
   EXPECT_EQ(session_status.error_message(),
             "the session sent no join within 2s");
+  // The server logs the refusals after finishing the streams: wait for it.
+  for (const char* refusal : {"collective_refused", "join_refused"}) {
+    EXPECT_TRUE(c.WaitForEvent(refusal, {{"code", "DEADLINE_EXCEEDED"}},
+                               absl::Seconds(10)))
+        << refusal;
+  }
   EXPECT_EQ(c.CountEvents("collective_refused",
                           {{"identity", "spiffe://fedgather/site-2"},
                            {"code", "DEADLINE_EXCEEDED"}}),

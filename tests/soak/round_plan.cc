@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/tensor_spec.h"
 #include "tests/e2e/test_cluster.h"
 
 namespace fedgather::testing {
@@ -65,12 +66,6 @@ std::vector<int64_t> ShapeOf(int64_t count, Draw& draw) {
       return {a, b, std::max<int64_t>(1, count / a / b)};
     }
   }
-}
-
-int64_t Elements(const std::vector<int64_t>& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
 }
 
 }  // namespace
@@ -169,7 +164,7 @@ RoundPlan PlanRound(const PlanOptions& options, int round) {
 int64_t UploadBytes(const RoundPlan& plan, int rank) {
   int64_t bytes = 0;
   for (const SoakTensor& tensor : plan.tensors) {
-    bytes += Elements(tensor.shapes[rank]) *
+    bytes += NumElements(tensor.shapes[rank]).value() *
              static_cast<int64_t>(DTypeSize(tensor.dtype));
   }
   return bytes;
@@ -194,7 +189,7 @@ RoundInputs MakeRoundInputs(const PlanOptions& options, int round,
   for (int r = 0; r < world; ++r) {
     for (int t = 0; t < tensors; ++t) {
       const SoakTensor& tensor = plan.tensors[t];
-      const int64_t count = Elements(tensor.shapes[r]);
+      const int64_t count = NumElements(tensor.shapes[r]).value();
       const uint32_t seed =
           static_cast<uint32_t>(SeedOf(options.seed, round, r, t));
       if (plan.op != SoakOp::kAllReduce) {

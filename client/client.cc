@@ -53,7 +53,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::Join(
   if (options.rank.has_value()) request.set_requested_rank(*options.rank);
   std::unique_ptr<Group> group(
       new Group(channel_, options.group, options.resume_grace));
-  if (absl::Status joined = group->Join(request, options.timeout);
+  if (absl::Status joined =
+          group->Join(request, options.timeout, options.connect_timeout);
       !joined.ok()) {
     return absl::Status(joined.code(),
                         absl::StrCat("join group '", options.group, "' at ",

@@ -37,6 +37,11 @@ struct JoinOptions {
   std::optional<int> rank;  // unset: the server assigns by sorted identity
   // How long to wait for every member to join.
   absl::Duration timeout = absl::Minutes(5);
+  // How long Join keeps trying, with backoff, to reach a server it cannot
+  // connect to (nothing listening yet, a connection closed before the TLS
+  // handshake finished) before it returns UNAVAILABLE. Within `timeout`.
+  // An answer from the server, refusals included, is never retried.
+  absl::Duration connect_timeout = absl::Seconds(30);
   // When the session to the server breaks (not when the server ends it),
   // the member reconnects and takes its rank again within this grace, with
   // backoff; collectives in flight resume too. Zero: a break leaves the
@@ -57,7 +62,7 @@ class Client {
   // PERMISSION_DENIED (not a member, or no such group), INVALID_ARGUMENT
   // (world size or rank), ALREADY_EXISTS (rank taken), FAILED_PRECONDITION
   // (group full), DEADLINE_EXCEEDED (did not form in time), UNAVAILABLE (no
-  // connection, failed TLS handshake).
+  // connection or failed TLS handshake for connect_timeout).
   absl::StatusOr<std::unique_ptr<Group>> Join(const JoinOptions& options);
 
   // The Admin service. Each blocks for one call of at most `timeout`.

@@ -163,17 +163,41 @@ absl::StatusOr<v1::Joined> Group::OpenSession(const v1::JoinRequest& request,
   return FromGrpcStatus(status);
 }
 
-absl::Status Group::Join(const v1::JoinRequest& request,
-                         absl::Duration timeout) {
-  bool server_final = false;
-  FG_ASSIGN_OR_RETURN(const v1::Joined joined,
-                      OpenSession(request, timeout, &server_final));
-  rank_ = static_cast<int>(joined.rank());
-  world_size_ = static_cast<int>(joined.world_size());
-  epoch_ = joined.epoch();
-  max_chunk_bytes_ = joined.max_chunk_bytes();
-  heartbeat_interval_ = absl::Milliseconds(joined.heartbeat_interval_ms());
-  for (const v1::Member& member : joined.members()) {
+absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
+                         absl::Duration connect_timeout) {
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = start + timeout;
+  const absl::Time stop_connecting = start + std::min(connect_timeout, timeout);
+  absl::Duration backoff = absl::Milliseconds(50);
+  absl::StatusOr<v1::Joined> joined;
+  for (int attempt = 1;; ++attempt) {
+    bool server_final = false;
+    joined = OpenSession(request,
+                         std::max(give_up - absl::Now(), absl::Milliseconds(1)),
+                         &server_final);
+    // Only a broken stream is tried again: the server did not answer it.
+    if (joined.ok() || server_final || !absl::IsUnavailable(joined.status())) {
+      break;
+    }
+    if (absl::Now() + backoff >= stop_connecting) {
+      if (attempt == 1) break;
+      return absl::UnavailableError(
+          absl::StrCat("could not reach the server within ",
+                       absl::FormatDuration(absl::Trunc(
+                           absl::Now() - start, absl::Milliseconds(100))),
+                       " (", attempt,
+                       " tries); the last error: ", joined.status().message()));
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
+  if (!joined.ok()) return joined.status();
+  rank_ = static_cast<int>(joined->rank());
+  world_size_ = static_cast<int>(joined->world_size());
+  epoch_ = joined->epoch();
+  max_chunk_bytes_ = joined->max_chunk_bytes();
+  heartbeat_interval_ = absl::Milliseconds(joined->heartbeat_interval_ms());
+  for (const v1::Member& member : joined->members()) {
     identities_.push_back(member.identity());
   }
   StartHeartbeats();

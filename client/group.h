@@ -226,8 +226,11 @@ class Group {
   Group(std::shared_ptr<grpc::Channel> channel, std::string name,
         absl::Duration resume_grace);
 
-  // Join writes the join request and blocks until the group forms.
-  absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout);
+  // Join writes the join request and blocks until the group forms (at most
+  // `timeout`). A stream that broke before the server answered is opened
+  // again, with backoff, for up to `connect_timeout`.
+  absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout,
+                    absl::Duration connect_timeout);
   // OpenSession opens a session stream, writes `request` and reads the
   // Joined answer (at most `timeout`); `server_final` tells whether a
   // failure came from the server's decision rather than a broken stream.

@@ -6,7 +6,8 @@
 // succeed, since both ends check every chunk's place in the sequence)
 // upload bytes the client sent again (its stats) and download bytes the
 // server sent again (the stream_resumed event). Nothing reaches the output
-// twice: each rank receives exactly the others' bytes.
+// twice: each rank receives exactly the others' bytes. JoinConnectTest: a
+// join whose connection closes before the server answers tries again.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -177,6 +178,45 @@ TEST(ResumeTest, ACutConnectionResumesTheSessionInTheSameEpoch) {
   EXPECT_TRUE(status[1].ok()) << status[1];
   EXPECT_EQ(members.groups[0]->epoch(), epoch);
   EXPECT_EQ(proxy.cuts(), 1);
+}
+
+// A connection closed before the TLS handshake finished (a server still
+// starting, a load balancer with no backend yet) is tried again: the join
+// waits for the server instead of failing. Seen in CI under load as one
+// rank's "failed to connect to all addresses", which failed its group.
+TEST(JoinConnectTest, AConnectionClosedBeforeTheHandshakeIsTriedAgain) {
+  TestCluster cluster(ClusterOptions(2));
+  TcpProxy proxy(cluster.server().port());
+  proxy.RefuseConnections(2);
+  ProxiedMembers members(cluster, proxy, 2);
+  EXPECT_EQ(proxy.refused(), 2);
+  std::vector<absl::Status> status(2);
+  RunRanks(2, [&](int r) { status[r] = GatherRanks(*members.groups[r]); });
+  EXPECT_TRUE(status[0].ok()) << status[0];
+  EXPECT_TRUE(status[1].ok()) << status[1];
+}
+
+// A server that stays unreachable is UNAVAILABLE after connect_timeout,
+// long before the join's own timeout, with the last connection error.
+TEST(JoinConnectTest, AServerNeverReachedIsUnavailableAfterConnectTimeout) {
+  TestCluster cluster(ClusterOptions(2));
+  TcpProxy proxy(cluster.server().port());
+  proxy.RefuseConnections(1 << 20);
+  std::unique_ptr<Client> client =
+      cluster.ConnectVia(TestCluster::Site(0), proxy.address());
+  JoinOptions options{"demo", 2, 0, absl::Minutes(5)};
+  options.connect_timeout = absl::Seconds(2);
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<std::unique_ptr<Group>> group = client->Join(options);
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable)
+      << group.status();
+  EXPECT_THAT(std::string(group.status().message()),
+              HasSubstr("join group 'demo' at " + proxy.address() +
+                        ": could not reach the server within "));
+  EXPECT_GE(proxy.refused(), 1);
+  EXPECT_GE(took, absl::Seconds(1));
+  EXPECT_LT(took, absl::Seconds(30)) << "bound: connect_timeout, not timeout";
 }
 
 TEST(ResumeTest, ACutConnectionMidTransferResumesSessionAndCollective) {

@@ -56,6 +56,12 @@ void TcpProxy::Accept() {
   while (!stopping_) {
     const int client = accept(listener_, nullptr, nullptr);
     if (client < 0) return;
+    if (refuse_next_.load() > 0) {
+      --refuse_next_;
+      ++refused_;
+      close(client);
+      continue;
+    }
     const int server = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in target = Loopback(target_port_);
     if (connect(server, reinterpret_cast<sockaddr*>(&target), sizeof target) !=

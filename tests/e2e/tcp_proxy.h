@@ -3,7 +3,8 @@
 // target port; Cut closes every connection it carries now (both sides, as a
 // network failure would), and CutAfterUpstreamBytes arms a cut for when that
 // many more client-to-server bytes have passed. New connections are
-// accepted as before, so clients can reconnect.
+// accepted as before, so clients can reconnect; RefuseConnections closes the
+// next N at once instead, as a server that is not up yet would.
 #ifndef FEDGATHER_TESTS_E2E_TCP_PROXY_H_
 #define FEDGATHER_TESTS_E2E_TCP_PROXY_H_
 
@@ -29,6 +30,10 @@ class TcpProxy {
   int Cut();
   void CutAfterUpstreamBytes(int64_t bytes);
   int cuts() const { return cuts_.load(); }
+  // RefuseConnections closes the next `n` new connections before they
+  // carry a byte; refused() counts those closed so far.
+  void RefuseConnections(int n) { refuse_next_ = n; }
+  int refused() const { return refused_.load(); }
 
  private:
   struct Link {
@@ -44,6 +49,8 @@ class TcpProxy {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> cut_after_ = -1;  // upstream bytes left before a cut
   std::atomic<int> cuts_{0};
+  std::atomic<int> refuse_next_{0};
+  std::atomic<int> refused_{0};
   std::thread acceptor_;
   absl::Mutex mu_;
   std::vector<Link> links_ ABSL_GUARDED_BY(mu_);

@@ -40,7 +40,8 @@ struct JoinOptions {
   // How long Join keeps trying, with backoff, to reach a server it cannot
   // connect to (nothing listening yet, a connection closed before the TLS
   // handshake finished) before it returns UNAVAILABLE. Within `timeout`.
-  // An answer from the server, refusals included, is never retried.
+  // An answer from the server, refusals included, is never retried, nor a
+  // server certificate this client rejects (wrong CA or name).
   absl::Duration connect_timeout = absl::Seconds(30);
   // When the session to the server breaks (not when the server ends it),
   // the member reconnects and takes its rank again within this grace, with

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
-#include "common/tsan_handoff.h"
 
 namespace fedgather {
 namespace {
@@ -115,7 +114,6 @@ void CollectiveCall::Attempt::Start(grpc::GenericStub* stub,
   StartRead(&read_buffer_);
   write_buffer_ = std::move(header);
   StartWrite(&write_buffer_);
-  TsanHandOff(this);  // the operations above run once the call starts
   StartCall();
 }
 
@@ -161,7 +159,6 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
     if (setup_.progress != nullptr) {
       setup_.progress->payload_bytes_sent += static_cast<int64_t>(meta.size);
     }
-    TsanHandOff(attempt);
     attempt->StartWrite(&attempt->write_buffer_);
     return;
   }
@@ -175,16 +172,13 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
     frame.mutable_end()->set_rank(setup_.rank);
     frame.mutable_end()->set_sha256(own_digest_.data(), own_digest_.size());
     attempt->write_buffer_ = EncodeFrame(frame);
-    TsanHandOff(attempt);
     attempt->StartWrite(&attempt->write_buffer_);
     return;
   }
-  TsanHandOff(attempt);
   attempt->StartWritesDone();
 }
 
 void CollectiveCall::Attempt::OnWriteDone(bool ok) {
-  TsanTakeOver(this);
   // A failed write loses data the server may never get. The stream can
   // still read on (seen when gRPC retried the call on a new connection after
   // a transport closed under it), so end it: OnDone then brings a status
@@ -205,16 +199,13 @@ void CollectiveCall::Attempt::OnWriteDone(bool ok) {
 }
 
 void CollectiveCall::Attempt::OnReadDone(bool ok) {
-  TsanTakeOver(this);
   if (!ok) return;
   if (call_->HandleRead(this)) {
-    TsanHandOff(this);
     StartRead(&read_buffer_);
   }
 }
 
 void CollectiveCall::Attempt::OnDone(const grpc::Status& final_status) {
-  TsanTakeOver(this);
   status = write_failed_ && final_status.error_code() == grpc::CANCELLED
                ? grpc::Status(grpc::UNAVAILABLE,
                               "the collective stream to the server broke: a "

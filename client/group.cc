@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/part_buffer.h"
 #include "common/grpc_status.h"
@@ -9,6 +10,15 @@
 
 namespace fedgather {
 namespace {
+
+// IsTlsTrustFailure tells a TLS handshake that failed on the peer's
+// certificate (a wrong CA, a server name the certificate does not hold): a
+// configuration error, not a server that is still starting. gRPC reports it
+// only as text, OpenSSL's reason or its own peer-name check.
+bool IsTlsTrustFailure(const absl::Status& status) {
+  return absl::StrContains(status.message(), "certificate verify failed") ||
+         absl::StrContains(status.message(), "is not in peer certificate");
+}
 
 // Places rank r's part of tensor i at r * bytes within outputs[i].
 class StackedTarget : public ReceiveTarget {
@@ -175,8 +185,10 @@ absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
     joined = OpenSession(request,
                          std::max(give_up - absl::Now(), absl::Milliseconds(1)),
                          &server_final);
-    // Only a broken stream is tried again: the server did not answer it.
-    if (joined.ok() || server_final || !absl::IsUnavailable(joined.status())) {
+    // Only a broken stream is tried again: the server did not answer it,
+    // and the TLS handshake did not refuse the server's certificate.
+    if (joined.ok() || server_final || !absl::IsUnavailable(joined.status()) ||
+        IsTlsTrustFailure(joined.status())) {
       break;
     }
     if (absl::Now() + backoff >= stop_connecting) {

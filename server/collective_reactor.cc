@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "common/tsan_handoff.h"
 
 namespace fedgather::server {
 
@@ -26,7 +25,6 @@ CollectiveReactor* CollectiveReactor::Start(
       reactor->counted_ = true;
     }
     first_frame->Watch(reactor, reactor->clock_());
-    TsanHandOff(reactor.get());
     reactor->StartRead(&reactor->read_buffer_);
   }
   return reactor.get();
@@ -96,7 +94,6 @@ void CollectiveReactor::LoseStream(absl::string_view why) {
     if (finished_) return;
     finished_ = true;
   }
-  TsanHandOff(this);
   Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                       absl::StrCat("the collective stream ", why)));
 }
@@ -117,7 +114,6 @@ void CollectiveReactor::ExpireFirstFrameWait(absl::Duration limit) {
 }
 
 void CollectiveReactor::OnReadDone(bool ok) {
-  TsanTakeOver(this);
   if (!ok) {
     if (phase_ == Phase::kEnded) return;  // the client half-closed after End
     LoseStream("closed its collective stream");
@@ -139,7 +135,6 @@ void CollectiveReactor::OnReadDone(bool ok) {
   if (!read_more.ok()) {
     RejectUpload(read_more.status(), &callbacks);
   } else if (*read_more) {
-    TsanHandOff(this);
     StartRead(&read_buffer_);
   }
 }
@@ -328,7 +323,6 @@ void CollectiveReactor::FinishWith(const absl::Status& status) {
   context_->AddTrailingMetadata(
       kFinalStatusKey,
       status.GetPayload(kRetryPayload).has_value() ? kFinalStatusRetry : "1");
-  TsanHandOff(this);
   Finish(ToGrpcStatus(status));
 }
 
@@ -364,12 +358,10 @@ void CollectiveReactor::WakeWriter() {
   // write_buffer_ is stable: nothing else writes it until this write is done.
   switch (out.kind) {
     case Outgoing::Kind::kFrame:
-      TsanHandOff(this);
       StartWrite(&write_buffer_);
       break;
     case Outgoing::Kind::kCommitAndFinish:
       context_->AddTrailingMetadata(kFinalStatusKey, "1");
-      TsanHandOff(this);
       StartWriteAndFinish(&write_buffer_, grpc::WriteOptions(),
                           grpc::Status::OK);
       break;
@@ -382,7 +374,6 @@ void CollectiveReactor::WakeWriter() {
 }
 
 void CollectiveReactor::OnWriteDone(bool ok) {
-  TsanTakeOver(this);
   PendingCallbacks callbacks;  // runs after mu_ is released
   {
     // The write stays "in flight" until the round has advanced this stream's
@@ -404,17 +395,14 @@ void CollectiveReactor::ResumeReading() {
     absl::MutexLock lock(&mu_);
     if (finished_) return;
   }
-  TsanHandOff(this);
   StartRead(&read_buffer_);
 }
 
 void CollectiveReactor::OnCancel() {
-  TsanTakeOver(this);
   LoseStream("was cancelled");
 }
 
 void CollectiveReactor::OnDone() {
-  TsanTakeOver(this);
   if (counted_) registry_->metrics()->StreamClosed(StreamKind::kCollective);
   {
     absl::MutexLock lock(&mu_);

@@ -4,7 +4,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "common/tsan_handoff.h"
 
 namespace fedgather::server {
 
@@ -28,7 +27,6 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
     }
     access->WatchSession(reactor->caller_, reactor);
     first_frame->Watch(reactor, reactor->clock_());
-    TsanHandOff(reactor.get());
     reactor->StartRead(&reactor->request_);
   }
   return reactor.get();
@@ -116,7 +114,6 @@ absl::Status SessionReactor::HandleJoin(PendingCallbacks* callbacks) {
 }
 
 void SessionReactor::OnReadDone(bool ok) {
-  TsanTakeOver(this);
   if (!ok) {
     Lost("its session stream closed");
     return;
@@ -144,7 +141,6 @@ void SessionReactor::OnReadDone(bool ok) {
     Lost("it sent a second join");
     return;
   }
-  TsanHandOff(this);
   StartRead(&request_);
 }
 
@@ -155,12 +151,10 @@ void SessionReactor::SendJoined(const v1::Joined& joined) {
     write_in_flight_ = true;
     *event_.mutable_joined() = joined;
   }
-  TsanHandOff(this);
   StartWrite(&event_);
 }
 
 void SessionReactor::OnWriteDone(bool ok) {
-  TsanTakeOver(this);
   absl::Status finish;
   {
     absl::MutexLock lock(&mu_);
@@ -184,7 +178,6 @@ void SessionReactor::Close(const absl::Status& status) {
     finished_ = true;
   }
   context_->AddTrailingMetadata(kFinalStatusKey, "1");
-  TsanHandOff(this);
   Finish(ToGrpcStatus(status));
 }
 
@@ -208,12 +201,10 @@ void SessionReactor::Lost(absl::string_view why, const absl::Status& finish,
 }
 
 void SessionReactor::OnCancel() {
-  TsanTakeOver(this);
   Lost("its session was cancelled");
 }
 
 void SessionReactor::OnDone() {
-  TsanTakeOver(this);
   Lost("its session finished");
   if (counted_) registry_->metrics()->StreamClosed(StreamKind::kSession);
   std::shared_ptr<SessionReactor> last = std::move(self_);

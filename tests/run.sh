@@ -12,10 +12,11 @@
 # --sanitize address,undefined builds the suite with clang, ASan and UBSan in
 # DIR-asan and runs every ctest test there (the Python module is not built:
 # it would need the sanitizer runtime preloaded into python3). --sanitize
-# thread does the same with TSan in DIR-tsan, against an abseil built with
-# TSan from Debian's source package (tests/sanitizers/build_absl_tsan.sh), so
-# that TSan sees absl::Mutex. Either replaces the plain build, simulation and
-# deploy validation; run tests/run.sh without it for those.
+# thread does the same with TSan in DIR-tsan, against abseil and gRPC built
+# with TSan from Debian's source packages (tests/sanitizers/build_tsan_deps.sh,
+# about 25 minutes the first time), so that TSan sees their synchronization.
+# Either replaces the plain build, simulation and deploy validation; run
+# tests/run.sh without it for those.
 #
 # --fuzz SECONDS also builds the libFuzzer targets (tests/fuzz) with clang,
 # ASan and UBSan in DIR-asan and runs each for SECONDS from its seed corpus.
@@ -143,15 +144,17 @@ run_fuzzers() {
 if [ -n "$SANITIZE" ]; then
   if [ "$SANITIZE" = "thread" ]; then
     SAN_DIR="$BUILD_DIR-tsan"
-    current="abseil with TSan (tests/sanitizers/build_absl_tsan.sh)"
+    current="abseil and gRPC with TSan (tests/sanitizers/build_tsan_deps.sh)"
     section "$current"
-    bash tests/sanitizers/build_absl_tsan.sh "$SAN_DIR/absl-tsan"
-    done_in "abseil with TSan"
-    # Every process of the suite (tests, the server, the CLI) loads it.
-    export LD_LIBRARY_PATH="$SAN_DIR/absl-tsan/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    # ignore_noninstrumented_modules: memcpy and the like called from
-    # gRPC's uninstrumented libraries are not checked (docs/testing.md).
-    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1 suppressions=$ROOT/tests/sanitizers/tsan.supp"
+    bash tests/sanitizers/build_tsan_deps.sh "$SAN_DIR/tsan-deps"
+    done_in "abseil and gRPC with TSan"
+    # Every process of the suite (tests, the server, the CLI) loads them.
+    export LD_LIBRARY_PATH="$SAN_DIR/tsan-deps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # ignore_noninstrumented_modules: what Debian's uninstrumented
+    # libraries (OpenSSL, protobuf, torch) do through TSan's interceptors
+    # is not checked; everything of ours, gRPC's and abseil's is, with no
+    # suppressions (docs/testing.md).
+    export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ignore_noninstrumented_modules=1"
   else
     SAN_DIR="$BUILD_DIR-asan"
     export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:strict_string_checks=1"

@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -217,6 +218,35 @@ TEST(JoinConnectTest, AServerNeverReachedIsUnavailableAfterConnectTimeout) {
   EXPECT_GE(proxy.refused(), 1);
   EXPECT_GE(took, absl::Seconds(1));
   EXPECT_LT(took, absl::Seconds(30)) << "bound: connect_timeout, not timeout";
+}
+
+// A server certificate the client does not accept (another CA; a name it
+// does not hold) is a configuration error, not a server that is still
+// starting: the join fails at once, naming it.
+TEST(JoinConnectTest, AnUnacceptedServerCertificateFailsAtOnce) {
+  ClusterOptions localhost_only(2);
+  localhost_only.server_names = {"localhost"};  // dialled as 127.0.0.1
+  TestCluster cluster(localhost_only);
+  TestCluster other(ClusterOptions(2));  // a second, unrelated CA
+  const TlsFiles site = cluster.TlsFor(TestCluster::Site(0));
+  TlsFiles other_ca = site;
+  other_ca.ca_pem = other.TlsFor(TestCluster::Site(0)).ca_pem;
+  const std::pair<TlsFiles, std::string> cases[] = {
+      {other_ca, "certificate verify failed"},
+      {site, "Peer name 127.0.0.1 is not in peer certificate"}};
+  for (const auto& [tls, why] : cases) {
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect({cluster.address(), tls});
+    ASSERT_TRUE(client.ok()) << client.status();
+    const absl::Time start = absl::Now();
+    const absl::StatusOr<std::unique_ptr<Group>> group =
+        (*client)->Join({"demo", 2, 0, absl::Seconds(60)});
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(group.status().code(), absl::StatusCode::kUnavailable)
+        << group.status();
+    EXPECT_THAT(std::string(group.status().message()), HasSubstr(why));
+    EXPECT_LT(took, absl::Seconds(10)) << why << ": tried again";
+  }
 }
 
 TEST(ResumeTest, ACutConnectionMidTransferResumesSessionAndCollective) {

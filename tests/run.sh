@@ -98,12 +98,9 @@ section "$current"
 bash deploy/install-deps.sh
 done_in "$current"
 
-# clang_build DIR SANITIZERS TESTS configures DIR with clang-14 and the
-# sanitizers (-DFEDGATHER_SANITIZE), with the fuzz targets when --fuzz was
-# given and the test suite when TESTS is ON, and builds it.
-clang_build() {
-  local dir="$1" sanitizers="$2" tests="$3" fuzz=OFF packages=()
-  [ -n "$FUZZ_SECONDS" ] && fuzz=ON
+# ensure_clang installs clang-14 and its sanitizer runtimes if missing.
+ensure_clang() {
+  local packages=()
   for p in clang-14 libclang-rt-14-dev; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
       packages+=("$p")
@@ -114,6 +111,15 @@ clang_build() {
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
       "${packages[@]}"
   fi
+}
+
+# clang_build DIR SANITIZERS TESTS configures DIR with clang-14 and the
+# sanitizers (-DFEDGATHER_SANITIZE), with the fuzz targets when --fuzz was
+# given and the test suite when TESTS is ON, and builds it.
+clang_build() {
+  local dir="$1" sanitizers="$2" tests="$3" fuzz=OFF
+  [ -n "$FUZZ_SECONDS" ] && fuzz=ON
+  ensure_clang
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -G Ninja \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
@@ -146,6 +152,7 @@ if [ -n "$SANITIZE" ]; then
     SAN_DIR="$BUILD_DIR-tsan"
     current="abseil and gRPC with TSan (tests/sanitizers/build_tsan_deps.sh)"
     section "$current"
+    ensure_clang
     bash tests/sanitizers/build_tsan_deps.sh "$SAN_DIR/tsan-deps"
     done_in "abseil and gRPC with TSan"
     # Every process of the suite (tests, the server, the CLI) loads them.

@@ -14,7 +14,7 @@
 # it would need the sanitizer runtime preloaded into python3). --sanitize
 # thread does the same with TSan in DIR-tsan, against abseil and gRPC built
 # with TSan from Debian's source packages (tests/sanitizers/build_tsan_deps.sh,
-# about 25 minutes the first time), so that TSan sees their synchronization.
+# about 8 minutes the first time), so that TSan sees their synchronization.
 # Either replaces the plain build, simulation and deploy validation; run
 # tests/run.sh without it for those.
 #

@@ -18,7 +18,7 @@
 # system's. All of abseil: a once-only initialization in an uninstrumented
 # abseil library (absl::call_once) hides its edge as a mutex does. Of gRPC,
 # the libraries our binaries load: grpc++, grpc, gpr, upb, address_sorting.
-# Abseil takes about 1 minute on 2 cores, gRPC about 25 (measured in
+# Abseil takes about 1 minute on 2 cores, gRPC about 7.5 (measured in
 # docs/testing.md). Each is skipped when DEST already holds this version's
 # build.
 set -euo pipefail

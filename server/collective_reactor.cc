@@ -398,9 +398,7 @@ void CollectiveReactor::ResumeReading() {
   StartRead(&read_buffer_);
 }
 
-void CollectiveReactor::OnCancel() {
-  LoseStream("was cancelled");
-}
+void CollectiveReactor::OnCancel() { LoseStream("was cancelled"); }
 
 void CollectiveReactor::OnDone() {
   if (counted_) registry_->metrics()->StreamClosed(StreamKind::kCollective);

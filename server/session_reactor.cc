@@ -200,9 +200,7 @@ void SessionReactor::Lost(absl::string_view why, const absl::Status& finish,
                     : finish);
 }
 
-void SessionReactor::OnCancel() {
-  Lost("its session was cancelled");
-}
+void SessionReactor::OnCancel() { Lost("its session was cancelled"); }
 
 void SessionReactor::OnDone() {
   Lost("its session finished");

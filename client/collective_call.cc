@@ -200,9 +200,7 @@ void CollectiveCall::Attempt::OnWriteDone(bool ok) {
 
 void CollectiveCall::Attempt::OnReadDone(bool ok) {
   if (!ok) return;
-  if (call_->HandleRead(this)) {
-    StartRead(&read_buffer_);
-  }
+  if (call_->HandleRead(this)) StartRead(&read_buffer_);
 }
 
 void CollectiveCall::Attempt::OnDone(const grpc::Status& final_status) {

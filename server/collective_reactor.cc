@@ -68,9 +68,9 @@ void CollectiveReactor::UploadSink::Data(const uint8_t* data, size_t size) {
 
 void CollectiveReactor::LoseStream(absl::string_view why) {
   PendingCallbacks callbacks;  // runs after the locks are released
+  std::shared_ptr<Round> r;    // the round when the stream was lost
   {
     absl::MutexLock read_lock(&read_mu_);
-    std::shared_ptr<Round> r;
     {
       absl::MutexLock lock(&mu_);
       if (lost_) return;
@@ -83,7 +83,7 @@ void CollectiveReactor::LoseStream(absl::string_view why) {
   }
   // Finished with no lock held: once Finish is called, OnDone may free
   // this reactor.
-  if (round() == nullptr) {
+  if (r == nullptr) {
     FinishWithoutRound(absl::CancelledError(
         absl::StrCat("the collective stream ", why, " before its header")));
     return;

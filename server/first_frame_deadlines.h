@@ -40,7 +40,8 @@ class FirstFrameDeadlines {
   // Expire calls ExpireFirstFrameWait on every stream still alive whose
   // deadline is at or before `now`, and forgets them.
   void Expire(absl::Time now);
-  // How many streams are watched (expired or not yet).
+  // How many streams are watched: those opened within the last `limit`
+  // and not yet expired, whether or not their first message came.
   size_t watched() const;
 
  private:

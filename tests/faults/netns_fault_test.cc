@@ -135,6 +135,27 @@ class NetworkCutTest : public ::testing::Test {
         netns_.In(net == 1 ? netns_.ns_a() : netns_.ns_b()));
   }
 
+  // The three sites of a cut case; site-2 uploads 64 MiB.
+  struct CutRound {
+    Participant* a;
+    Participant* site2;
+    Participant* c;
+    absl::Time cut;  // when link 2 went down
+  };
+
+  // CutSite2MidUpload starts the three sites (seeds seed..seed+2) into
+  // `round`, waits until site-2's upload has begun and cuts link 2.
+  void CutSite2MidUpload(uint32_t seed, CutRound* round) {
+    round->a = &Join(0, 4096, seed);
+    round->site2 = &Join(1, 64 * kMiB, seed + 1);
+    round->c = &Join(2, 4096, seed + 2);
+    ASSERT_TRUE(cluster_->WaitForEvent("contribution_started", {{"rank", 1}},
+                                       absl::Seconds(60)))
+        << cluster_->server().Log();
+    netns_.Cut(2);
+    round->cut = absl::Now();
+  }
+
   void ExpectNextRoundWorks(uint32_t seed) {
     std::vector<Participant*> round;
     for (int site = 0; site < 3; ++site) {
@@ -154,21 +175,17 @@ class NetworkCutTest : public ::testing::Test {
 
 TEST_F(NetworkCutTest, ACutShorterThanTheHeartbeatTimeoutHeals) {
   StartCluster({"--heartbeat-timeout", "10"});
-  Participant& a = Join(0, 4096, 1);
-  Participant& site2 = Join(1, 64 * kMiB, 2);
-  Participant& c = Join(2, 4096, 3);
-  ASSERT_TRUE(cluster_->WaitForEvent("contribution_started", {{"rank", 1}},
-                                     absl::Seconds(60)))
-      << cluster_->server().Log();
-  netns_.Cut(2);
-  const absl::Time cut = absl::Now();
+  CutRound round;
+  ASSERT_NO_FATAL_FAILURE(CutSite2MidUpload(1, &round));
+  Participant &a = *round.a, &site2 = *round.site2, &c = *round.c;
   absl::SleepFor(absl::Seconds(2));
   netns_.Restore(2);
   const absl::Duration bound = absl::Seconds(60);
   for (Participant* p : {&a, &site2, &c}) {
     EXPECT_EQ(cluster_->Exit(*p, bound), 0) << cluster_->Log(*p);
   }
-  ReportFault("network cut 2 s mid-upload (heals)", bound, SecondsSince(cut));
+  ReportFault("network cut 2 s mid-upload (heals)", bound,
+              SecondsSince(round.cut));
   EXPECT_EQ(cluster_->CountEvents("contribution_complete", {{"rank", 1}}), 1);
   for (Participant* p : {&a, &site2, &c}) {
     cluster_->ExpectGathered(*p, {&a, &site2, &c});
@@ -179,14 +196,9 @@ TEST_F(NetworkCutTest, ACutShorterThanTheHeartbeatTimeoutHeals) {
 
 TEST_F(NetworkCutTest, ALongCutLosesTheSiteAndTheOthersFailNamingIt) {
   StartCluster({});
-  Participant& a = Join(0, 4096, 21);
-  Participant& site2 = Join(1, 64 * kMiB, 22);
-  Participant& c = Join(2, 4096, 23);
-  ASSERT_TRUE(cluster_->WaitForEvent("contribution_started", {{"rank", 1}},
-                                     absl::Seconds(60)))
-      << cluster_->server().Log();
-  netns_.Cut(2);
-  const absl::Time cut = absl::Now();
+  CutRound round;
+  ASSERT_NO_FATAL_FAILURE(CutSite2MidUpload(21, &round));
+  Participant &a = *round.a, &site2 = *round.site2, &c = *round.c;
   const absl::Duration bound = kHeartbeatTimeout + absl::Seconds(10);
   for (Participant* p : {&a, &c}) {
     EXPECT_EQ(cluster_->Exit(*p, bound), 1) << cluster_->Log(*p);
@@ -194,7 +206,7 @@ TEST_F(NetworkCutTest, ALongCutLosesTheSiteAndTheOthersFailNamingIt) {
                 HasSubstr("rank 1 (spiffe://fedgather/site-2) sent no "
                           "heartbeat"));
   }
-  ReportFault("network cut mid-upload (lost)", bound, SecondsSince(cut));
+  ReportFault("network cut mid-upload (lost)", bound, SecondsSince(round.cut));
   EXPECT_EQ(cluster_->CountEvents("contribution_complete", {{"rank", 1}}), 0)
       << "site-2's upload ended before the cut: not mid-round";
   netns_.Restore(2);

@@ -141,7 +141,10 @@ TEST(ResumeTest, AllReduceResumesMidUpload) {
           << "rank " << r << " element " << i;
     }
   }
-  EXPECT_EQ(stats[0].streams, 2);
+  // Rank 0 resumed: one more stream, or more when the resume came before
+  // the server saw the old stream end and was told to retry (seen under
+  // TSan), as in AllGatherResumesMidUploadAndMidDownload.
+  EXPECT_GE(stats[0].streams, 2);
 }
 
 // Members of `cluster`'s group "demo" where rank 0 connects through `proxy`.

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,16 +31,20 @@ void ReduceChunk(benchmark::State& state, v1::ReduceOp op, DType dtype) {
   }
   for (auto _ : state) {
     absl::StatusOr<std::unique_ptr<Reducer>> reducer =
-        Reducer::Create(op, {{"t", dtype, {elements}}}, kWorld);
+        Reducer::Create(op, {{"t", dtype, {elements}}}, kWorld, bytes);
     if (!reducer.ok()) {
       state.SkipWithError("Reducer::Create failed");
       break;
     }
-    std::optional<std::string> finished;
+    absl::StatusOr<Reducer::Added> added;
     for (int r = 0; r < kWorld; ++r) {
-      finished = (*reducer)->Add(r, r + 1.0, 0, 0, inputs[r].data(), bytes);
+      added = (*reducer)->Add(r, r + 1.0, 0, 0, inputs[r].data(), bytes);
     }
-    benchmark::DoNotOptimize(finished);
+    if (!added.ok() || added->finished.size() != 1) {
+      state.SkipWithError("the reduction did not finish the chunk");
+      break;
+    }
+    benchmark::DoNotOptimize(added);
   }
   state.SetBytesProcessed(state.iterations() * bytes * kWorld);
 }

@@ -206,10 +206,19 @@ absl::Status GroupState::ResumeLocked(const std::string& identity,
                                       : std::string(ended_status_.message())),
         "; join again"));
   }
-  const int rank = request.has_requested_rank()
-                       ? static_cast<int>(request.requested_rank())
-                       : -1;
-  if (rank < 0 || members_[rank].identity != identity) {
+  // The epoch's ranks, not the policy's world size (a reload may have
+  // changed that since the epoch formed).
+  if (!request.has_requested_rank() ||
+      request.requested_rank() >= members_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": identity '", identity, "' resumes ",
+                     request.has_requested_rank()
+                         ? absl::StrCat("rank ", request.requested_rank())
+                         : std::string("without naming its rank"),
+                     ", but the epoch has ranks 0 to ", members_.size() - 1));
+  }
+  const int rank = static_cast<int>(request.requested_rank());
+  if (members_[rank].identity != identity) {
     return absl::PermissionDeniedError(absl::StrCat(
         Describe(), ": identity '", identity, "' may not resume rank ", rank,
         ", which is bound to another identity"));
@@ -484,6 +493,7 @@ RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {
   options.seq = seq;
   for (const Member& m : members_) options.identities.push_back(m.identity);
   options.max_buffered_bytes = limits_.max_buffered_bytes_per_round;
+  options.max_chunk_bytes = limits_.max_chunk_bytes;
   const absl::Duration wait = config_.round_deadline > absl::ZeroDuration()
                                   ? config_.round_deadline
                                   : limits_.round_timeout;

@@ -188,8 +188,8 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
         absl::StrCat(Describe(), ": ", RankName(rank), " broadcasts from root ",
                      header.root(), ", out of range for world size ", world_));
   } else if (header.op() == v1::ALL_REDUCE) {
-    absl::StatusOr<std::unique_ptr<Reducer>> reducer =
-        Reducer::Create(header.reduce(), fingerprint, world_);
+    absl::StatusOr<std::unique_ptr<Reducer>> reducer = Reducer::Create(
+        header.reduce(), fingerprint, world_, options_.max_chunk_bytes);
     if (reducer.ok()) {
       reducer_ = *std::move(reducer);
       weights_.assign(world_, 1.0);
@@ -301,8 +301,10 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
   }
   Sha256Digest declared;
   if (!DigestFromBytes(header.contribution_sha256(), &declared)) {
-    return absl::InvalidArgumentError(
-        "a resumed header must carry the contribution's 32-byte SHA-256");
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(), ": ", RankName(rank),
+        " resumed without contribution_sha256; a resumed header must carry "
+        "the contribution's 32-byte SHA-256"));
   }
   if ((state.ended && declared != state.digest) ||
       (state.has_declared_digest && declared != state.declared_digest)) {
@@ -442,20 +444,24 @@ bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
   }
   const int64_t size = static_cast<int64_t>(meta.size);
   CountReceivedLocked(rank, size);
-  const int64_t held_before = reducer_->HeldBytes();
-  std::optional<std::string> result =
+  absl::StatusOr<Reducer::Added> added =
       reducer_->Add(rank, weights_[rank], static_cast<int>(meta.tensor_index),
                     static_cast<int64_t>(meta.offset), data, size);
-  // A rank that only joined chunks another rank had started is behind: it
-  // must never wait, or the ranks ahead (waiting for it) never drain.
-  const bool behind = world_ > 1 && (result.has_value() ||
-                                     reducer_->HeldBytes() <= held_before);
-  if (result.has_value()) {
-    AppendResultLocked(static_cast<int>(meta.tensor_index),
-                       static_cast<int64_t>(meta.offset), *std::move(result),
+  if (!added.ok()) {
+    FailLocked(
+        absl::InternalError(absl::StrCat(Describe(), ": ", RankName(rank), ": ",
+                                         added.status().message())),
+        callbacks);
+    return false;
+  }
+  for (Reducer::FinishedChunk& chunk : added->finished) {
+    AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
                        callbacks);
   }
-  return behind || PauseIfFullLocked(rank);
+  // A rank that only folded into elements another rank had started is
+  // behind: it must never wait, or the ranks ahead (waiting for it) never
+  // drain.
+  return !added->ahead || PauseIfFullLocked(rank);
 }
 
 void Round::AppendResultLocked(int tensor, int64_t offset, std::string data,
@@ -826,7 +832,10 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
     if (entry.pending_writes == 0) Release(entry, callbacks);
   }
   if (reducer_ != nullptr) {
-    for (Reducer::FinishedChunk& chunk : reducer_->CloseContributors(count)) {
+    std::vector<bool> contributors(world_);
+    for (int r = 0; r < world_; ++r) contributors[r] = !ranks_[r].shut_out;
+    for (Reducer::FinishedChunk& chunk :
+         reducer_->CloseContributors(contributors)) {
       AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
                          callbacks);
     }

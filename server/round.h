@@ -88,6 +88,8 @@ struct RoundOptions {
   uint64_t seq = 0;
   std::vector<std::string> identities;  // by rank; size is the world size
   int64_t max_buffered_bytes = 256 << 20;
+  // The chunk limit: ALL_REDUCE result chunks hold at most this many bytes.
+  int64_t max_chunk_bytes = int64_t{1} << 20;
   // The hard deadline: past it the round fails with DEADLINE_EXCEEDED.
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration timeout = absl::InfiniteDuration();  // for messages only
@@ -180,11 +182,13 @@ class Round {
                   PendingCallbacks* callbacks);
 
   // OfferReduceChunk folds an ALL_REDUCE chunk of `rank` (`meta`, with
-  // meta.size bytes at `data`, which need not outlive the call) into the
-  // reduction; a chunk that every rank has now sent becomes a result frame
-  // for every rank. Returns as OfferChunk does, except that a rank sending
-  // a chunk that another rank already started never waits: only the ranks
-  // ahead are held back, so the slowest always catches up.
+  // meta.size bytes at `data`, which need not outlive the call, validated by
+  // ChunkSequence) into the reduction, by element range whatever the
+  // chunking (Reducer); the elements every contributor has now folded
+  // become result frames for every rank. Returns as OfferChunk does, except
+  // that a rank that only folds into elements another rank already started
+  // never waits: only the ranks ahead are held back, so the slowest always
+  // catches up.
   bool OfferReduceChunk(int rank, const ChunkMeta& meta, const uint8_t* data,
                         PendingCallbacks* callbacks);
 

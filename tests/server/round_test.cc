@@ -929,6 +929,79 @@ TEST_F(ReduceRoundTest, QuorumDeadlineFinishesTheChunksTheContributorsSent) {
   EXPECT_EQ(round->BufferedBytes(), 0);
 }
 
+// Issue 17, findings 1 and 2: every rank cuts its chunks its own way, some
+// inside elements; the result is the element-wise sum byte for byte, in
+// contiguous result chunks of at most the chunk limit.
+TEST_F(ReduceRoundTest, EachRankMayCutItsChunksItsOwnWay) {
+  RoundOptions options = MakeOptions(3);
+  options.max_chunk_bytes = 1024;
+  Round round(options);
+  const Fingerprint fingerprint = {TensorSpec{"w", DType::kF32, {1000}}};
+  for (int r = 0; r < 3; ++r) {
+    v1::CollectiveHeader header;
+    header.set_op(v1::ALL_REDUCE);
+    header.set_rank(r);
+    header.set_reduce(v1::SUM);
+    PendingCallbacks callbacks;
+    ASSERT_TRUE(
+        round
+            .Attach(r, "ipv4:127.0.0.1:1", header, fingerprint,
+                    HeaderFrame(r, v1::ALL_REDUCE, fingerprint, v1::SUM),
+                    streams_[r], &callbacks)
+            .ok());
+    callbacks.Run();
+  }
+  std::vector<std::vector<float>> in(3, std::vector<float>(1000));
+  std::vector<float> sum(1000, 0);
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 1000; ++i) {
+      in[r][i] = static_cast<float>((i * 7 + r) % 50);
+      sum[i] += in[r][i];
+    }
+  }
+  const int64_t cuts[3] = {1024, 1001, 7};
+  int64_t sent[3] = {0, 0, 0};
+  for (bool more = true; more;) {
+    more = false;
+    for (int r = 0; r < 3; ++r) {
+      if (sent[r] == 4000) continue;
+      const int64_t size = std::min<int64_t>(cuts[r], 4000 - sent[r]);
+      const ChunkMeta meta{static_cast<uint32_t>(r), 0,
+                           static_cast<uint64_t>(sent[r]),
+                           static_cast<uint64_t>(size)};
+      PendingCallbacks callbacks;
+      round.OfferReduceChunk(
+          r, meta, reinterpret_cast<const uint8_t*>(in[r].data()) + sent[r],
+          &callbacks);
+      callbacks.Run();
+      sent[r] += size;
+      more = true;
+    }
+  }
+  for (int r = 0; r < 3; ++r) {
+    Sha256 hasher;
+    hasher.Update(in[r].data(), 4000);
+    PendingCallbacks callbacks;
+    round.EndContribution(r, hasher.Finish(), &callbacks);
+    callbacks.Run();
+  }
+  PumpAll(round);
+  const std::string want(reinterpret_cast<const char*>(sum.data()), 4000);
+  Sha256 hasher;
+  hasher.Update(want.data(), want.size());
+  const Sha256Digest digest = hasher.Finish();
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_THAT(received_[r].log,
+                ElementsAre("chunk 3 t0 @0", "chunk 3 t0 @1024",
+                            "chunk 3 t0 @2048", "chunk 3 t0 @3072", "commit"));
+    EXPECT_TRUE(received_[r].data_by_rank[3] == want);
+    EXPECT_EQ(received_[r].commit.result_sha256(),
+              std::string(digest.begin(), digest.end()));
+  }
+  EXPECT_EQ(round.BufferedBytes(), 0);
+}
+
 TEST_F(ReduceRoundTest, RanksAheadWaitButARankBehindNeverDoes) {
   // An 8-byte limit: one 8-byte accumulator fills the round.
   std::unique_ptr<Round> round = MakeRound(2, /*max_buffered_bytes=*/8);

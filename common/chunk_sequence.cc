@@ -75,12 +75,6 @@ absl::Status ChunkSequence::SkipTo(int64_t bytes) {
     offset_ += step;
     bytes_done_ += step;
     bytes -= step;
-    if (offset_ % max_chunk_bytes_ != 0 && offset_ != tensor_bytes_[tensor_]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot resume at byte ", bytes_done_,
-                       ": it is not where a chunk of '",
-                       fingerprint_[tensor_].name, "' ends"));
-    }
     SkipCompleteTensors();
   }
   return absl::OkStatus();

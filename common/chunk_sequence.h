@@ -26,8 +26,8 @@ class ChunkSequence {
 
   // SkipTo advances a fresh sequence past its first `bytes` bytes, as if the
   // chunks that hold them had been accepted (a resumed upload goes on from
-  // there). INVALID_ARGUMENT when `bytes` is past the end or not where a
-  // chunk ends.
+  // there). Chunks may have any size up to the limit, so any byte count is
+  // a place a chunk ended. INVALID_ARGUMENT when `bytes` is past the end.
   absl::Status SkipTo(int64_t bytes);
 
   // CheckComplete is OK when every byte has been accepted; else

@@ -153,5 +153,30 @@ TEST(ChunkSequenceTest, AllEmptyIsCompleteAtOnce) {
                 {"after all 0 declared bytes were sent"});
 }
 
+// Issue 17, finding 6: chunks may be smaller than the limit, so a resumed
+// upload may go on from any byte the server holds, not only from multiples
+// of the chunk limit.
+TEST(ChunkSequenceTest, SkipToGoesOnFromAnyByte) {
+  const Fingerprint fingerprint = ThreeTensors();
+  for (int64_t held : {0, 3, 10, 23, 24, 26, 29}) {
+    ChunkSequence sequence(fingerprint, /*max_chunk_bytes=*/10);
+    ASSERT_TRUE(sequence.SkipTo(held).ok()) << held;
+    EXPECT_EQ(sequence.bytes_done(), held);
+    if (held < 24) {
+      EXPECT_TRUE(
+          sequence.Accept(0, held, 24 - held > 10 ? 10 : 24 - held).ok())
+          << held;
+    } else if (held < 29) {
+      EXPECT_TRUE(sequence.Accept(2, held - 24, 29 - held).ok()) << held;
+      EXPECT_TRUE(sequence.CheckComplete().ok());
+    } else {
+      EXPECT_TRUE(sequence.CheckComplete().ok());
+    }
+  }
+  ChunkSequence past(fingerprint, 10);
+  ExpectInvalid(past.SkipTo(30), {"cannot resume at byte 30 of 29"});
+  ExpectInvalid(past.SkipTo(-1), {"cannot resume"});
+}
+
 }  // namespace
 }  // namespace fedgather

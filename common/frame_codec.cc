@@ -4,6 +4,8 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/slice.h>
 
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +43,11 @@ void NoopUnref(void*) {}
 // encoder writes it; a payload that comes first is buffered once.
 absl::Status DecodeChunk(CodedInputStream& in, uint32_t length,
                          ChunkSink* sink) {
+  // PushLimit takes an int and ignores a negative one: a length past
+  // INT_MAX would lift every bound below.
+  if (length > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+    return Malformed(absl::StrCat("chunk length ", length, " is too large"));
+  }
   const CodedInputStream::Limit limit = in.PushLimit(static_cast<int>(length));
   ChunkMeta meta;
   bool have_data = false;
@@ -64,7 +71,8 @@ absl::Status DecodeChunk(CodedInputStream& in, uint32_t length,
         if (have_data) return Malformed("payload appears twice");
         uint32_t size = 0;
         if (!in.ReadVarint32(&size) ||
-            in.BytesUntilLimit() < static_cast<int>(size)) {
+            static_cast<int64_t>(in.BytesUntilLimit()) <
+                static_cast<int64_t>(size)) {
           return Malformed("payload length exceeds the frame");
         }
         have_data = true;

@@ -535,5 +535,30 @@ TEST(DecodeFrameTest, GarbageIsRejected) {
   ExpectInvalid(std::string("\x0a\x05\x0a\x01", 4), &sink, "malformed");
 }
 
+// Issue 17, finding 8: a chunk length or payload length of 2^31 or more
+// made PushLimit ignore the limit (it takes an int), so a 4 GiB payload
+// length passed every check and reached the sink.
+TEST(DecodeFrameTest, LengthsPastIntMaxAreRejectedBeforeTheSink) {
+  for (uint64_t chunk_length : {uint64_t{0x80000000}, uint64_t{0xFFFFFFFF}}) {
+    std::string frame;
+    frame.push_back(0x12);  // CollectiveFrame.chunk
+    PutVarint(&frame, chunk_length);
+    frame.push_back(0x22);  // Chunk.data
+    PutVarint(&frame, 0xFFFFFFFF);
+    frame += "abc";
+    RecordingSink sink;
+    ExpectInvalid(frame, &sink, "malformed chunk frame");
+    EXPECT_EQ(sink.begins, 0) << chunk_length;
+  }
+  // A sane chunk length with a payload length past it.
+  std::string body;
+  body.push_back(0x22);
+  PutVarint(&body, 0xFFFFFFFF);
+  body += "abc";
+  RecordingSink sink;
+  ExpectInvalid(ChunkFrameBytes(body), &sink, "exceeds the frame");
+  EXPECT_EQ(sink.begins, 0);
+}
+
 }  // namespace
 }  // namespace fedgather

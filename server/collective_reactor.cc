@@ -1,9 +1,12 @@
 #include "server/collective_reactor.h"
 
+#include <exception>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace fedgather::server {
 
@@ -43,6 +46,11 @@ CollectiveReactor::CollectiveReactor(grpc::CallbackServerContext* context,
       max_chunk_bytes_(max_chunk_bytes),
       clock_(std::move(clock)) {}
 
+std::string CollectiveReactor::StreamName() const {
+  return absl::StrCat("the collective stream of '", caller_.identity, "' from ",
+                      caller_.peer);
+}
+
 std::shared_ptr<Round> CollectiveReactor::round() {
   absl::MutexLock lock(&mu_);
   return round_;
@@ -55,8 +63,11 @@ absl::Status CollectiveReactor::UploadSink::Begin(const ChunkMeta& meta) {
                      " but the stream is rank ", reactor_->rank_));
   }
   meta_ = meta;
+  // Validated first: the size is then at most the chunk limit.
+  FG_RETURN_IF_ERROR(
+      reactor_->sequence_->Accept(meta.tensor_index, meta.offset, meta.size));
   if (reactor_->op_ == v1::ALL_REDUCE) bytes_.reserve(meta.size);
-  return reactor_->sequence_->Accept(meta.tensor_index, meta.offset, meta.size);
+  return absl::OkStatus();
 }
 
 void CollectiveReactor::UploadSink::Data(const uint8_t* data, size_t size) {
@@ -125,13 +136,30 @@ void CollectiveReactor::OnReadDone(bool ok) {
     absl::MutexLock lock(&mu_);
     if (lost_) return;
   }
-  v1::CollectiveFrame frame;
-  UploadSink sink(this);
-  absl::StatusOr<v1::CollectiveFrame::KindCase> kind = DecodeFrame(
-      read_buffer_, &frame, phase_ == Phase::kChunks ? &sink : nullptr);
-  absl::StatusOr<bool> read_more =
-      kind.ok() ? HandleFrame(*kind, frame, sink, &callbacks)
-                : absl::StatusOr<bool>(kind.status());
+  absl::StatusOr<bool> read_more;
+  // No exception may escape into gRPC: an allocation that fails while a
+  // frame is handled fails the round (or the stream) like any other error.
+  try {
+    v1::CollectiveFrame frame;
+    UploadSink sink(this);
+    absl::StatusOr<v1::CollectiveFrame::KindCase> kind = DecodeFrame(
+        read_buffer_, &frame, phase_ == Phase::kChunks ? &sink : nullptr);
+    if (!kind.ok() && phase_ == Phase::kHeader) {
+      kind = absl::Status(kind.status().code(),
+                          absl::StrCat(StreamName(),
+                                       " must open with its "
+                                       "header: ",
+                                       kind.status().message()));
+    }
+    read_more = kind.ok() ? HandleFrame(*kind, frame, sink, &callbacks)
+                          : absl::StatusOr<bool>(kind.status());
+  } catch (const std::bad_alloc&) {
+    read_more = absl::ResourceExhaustedError(
+        "the server ran out of memory handling the stream's frame");
+  } catch (const std::exception& e) {
+    read_more = absl::InternalError(absl::StrCat(
+        "the server failed handling the stream's frame: ", e.what()));
+  }
   if (!read_more.ok()) {
     RejectUpload(read_more.status(), &callbacks);
   } else if (*read_more) {
@@ -145,8 +173,9 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
   switch (phase_) {
     case Phase::kHeader:
       if (kind != v1::CollectiveFrame::kHeader) {
-        return absl::InvalidArgumentError(
-            "the first frame of a collective must be its header");
+        return absl::InvalidArgumentError(absl::StrCat(
+            StreamName(), " must open with its header, not a frame of kind ",
+            kind, " (the CollectiveFrame field number)"));
       }
       return HandleHeader(frame.header(), callbacks);
     case Phase::kChunks:
@@ -262,7 +291,17 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
         (*found)->Resume(rank_, caller_.peer, header, fingerprint_,
                          read_buffer_, weak_from_this(), callbacks);
     if (point.ok()) {
-      attached = sequence_->SkipTo(point->upload_bytes);
+      // The round holds this stream now: a resume point it cannot take
+      // fails the round on every rank rather than leaving it waiting.
+      if (absl::Status skipped = sequence_->SkipTo(point->upload_bytes);
+          !skipped.ok()) {
+        const absl::Status failed = absl::InternalError(absl::StrCat(
+            (*found)->Describe(), ": rank ", rank_, " (", caller_.identity,
+            "): the server's resume point is not in the upload: ",
+            skipped.message()));
+        (*found)->Fail(failed, callbacks);
+        return failed;
+      }
       hasher_ = std::move(point->hasher);
       v1::CollectiveFrame reply;
       reply.mutable_resumed()->set_upload_bytes(
@@ -387,14 +426,23 @@ void CollectiveReactor::OnWriteDone(bool ok) {
     }
     write_in_flight_ = false;
   }
+  if (!ok) {
+    // The stream is broken: writing again would only fail again (the round
+    // keeps the frame for a resumed stream). Lose it now rather than when
+    // OnCancel comes.
+    LoseStream("stopped receiving");
+    return;
+  }
   WakeWriter();
 }
 
 void CollectiveReactor::ResumeReading() {
-  {
-    absl::MutexLock lock(&mu_);
-    if (finished_) return;
-  }
+  // Under mu_: Finish is called only after finished_ is set under it, so
+  // this read starts before the stream finishes or not at all (a read
+  // started after Finish could touch a freed call). gRPC never runs
+  // OnReadDone inline from StartRead, so holding mu_ here cannot deadlock.
+  absl::MutexLock lock(&mu_);
+  if (finished_ || lost_) return;
   StartRead(&read_buffer_);
 }
 

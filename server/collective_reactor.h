@@ -109,6 +109,9 @@ class CollectiveReactor
   // later call into the round from this reactor.
   void LoseStream(absl::string_view why);
   std::shared_ptr<Round> round();
+  // StreamName names the stream before its header: "the collective stream
+  // of 'IDENTITY' from PEER".
+  std::string StreamName() const;
 
   grpc::CallbackServerContext* const context_;
 

@@ -114,8 +114,9 @@ class GroupState {
   // current epoch that ends the epoch, unless sessions are resumable
   // (GroupLimits::resume_grace): then the member may join again with
   // resume_epoch within the grace (CheckTimers ends the epoch after it). No
-  // effect for an unknown session. `left`: the member left on purpose, so
-  // the epoch ends at once.
+  // effect for an unknown session. `left`: the member will not resume (it
+  // left on purpose, or its certificate was revoked), so the epoch ends at
+  // once and its rounds in flight fail.
   void SessionLost(const SessionStream* session, absl::string_view why,
                    absl::Time now, PendingCallbacks* callbacks,
                    bool left = false);

@@ -55,10 +55,12 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
   };
   absl::StatusOr<int64_t> valid =
       ReadJournal(path, [&](JournalRecord record) -> absl::Status {
-        const int rank = static_cast<int>(record.rank);
-        if (rank >= world) {
-          return bad(absl::StrCat("a record names rank ", rank));
+        // Compared unsigned: a rank past INT_MAX must not turn negative.
+        if (record.rank >= static_cast<uint32_t>(world)) {
+          return bad(absl::StrCat("a record names rank ", record.rank,
+                                  ", out of range for world size ", world));
         }
+        const int rank = static_cast<int>(record.rank);
         grpc::ByteBuffer frame = BufferOf(record.payload);
         switch (static_cast<RoundRecord>(record.kind)) {
           case RoundRecord::kAttach: {

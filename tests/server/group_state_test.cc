@@ -671,6 +671,39 @@ TEST_F(GroupStateTest, ReconfigureRemovingAMemberClosesTheEpoch) {
   EXPECT_EQ(events_.OfKind(EventKind::kGroupDissolved)[0].status, closed);
 }
 
+// Issue 17, finding 7: a reload that grows the world size while a round of
+// the old epoch is open let a new member resume a rank the epoch does not
+// have, and the resume read past the epoch's member list.
+TEST_F(GroupStateTest, AResumeOfARankTheEpochDoesNotHaveIsRefused) {
+  resume_grace_ = absl::Seconds(3);
+  MakeGroup();
+  Form();
+  absl::StatusOr<std::shared_ptr<Round>> round = Find("site-a", 0, 0);
+  ASSERT_TRUE(round.ok());
+  {
+    PendingCallbacks callbacks;
+    group_->Reconfigure(DemoConfig(4, {"site-a", "site-b", "site-c", "site-d"}),
+                        &callbacks);
+    callbacks.Run();
+  }
+  sessions_["site-d"] = std::make_shared<FakeSession>();
+  v1::JoinRequest request;
+  request.set_group("demo");
+  request.set_world_size(4);
+  request.set_requested_rank(3);
+  request.set_resume_epoch(1);
+  PendingCallbacks callbacks;
+  const absl::Status refused =
+      group_->Join("site-d", "ipv4:127.0.0.1:3", request, Session("site-d"),
+                   kT0, &callbacks);
+  callbacks.Run();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("identity 'site-d' resumes rank 3, but the epoch has "
+                        "ranks 0 to 2"));
+  EXPECT_THAT(Session("site-d")->joined, IsEmpty());
+}
+
 TEST_F(GroupStateTest, AbortRoundsFailsRoundsInFlightAndKeepsTheEpoch) {
   MakeGroup();
   Form();

@@ -33,7 +33,9 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
 }
 
 void SessionReactor::Revoke(const absl::Status& status) {
-  Lost(status.message(), status);
+  // A revoked member may not resume: its epoch, and the rounds its
+  // collective streams still feed, end now rather than after the grace.
+  Lost(status.message(), status, /*left=*/true);
 }
 
 void SessionReactor::ExpireFirstFrameWait(absl::Duration limit) {

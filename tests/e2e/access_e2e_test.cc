@@ -175,22 +175,26 @@ TEST(CertificateTest, ExpiredAndNotYetValidAreUnauthenticatedAndAudited) {
                      "is not valid until");
 }
 
-TEST(CertificateTest, RevocationEndsTheLiveSessionAndRefusesNewOnes) {
-  ClusterOptions options = Audited(2);
-  options.crl = true;
-  TestCluster cluster(options);
-  // Before the revocation takes effect site-2 works.
-  Members members(cluster);
+// RevokeSiteTwo checks that site-2 works, revokes its certificate and
+// reloads the policy, which verifies its live session again and ends it:
+// the epoch is over, and site-1's next round learns why.
+void RevokeSiteTwo(TestCluster& cluster, Members& members) {
   members.ExpectNextRoundWorks();
   cluster.Revoke({"site-2"});
   ASSERT_TRUE(cluster.server().ReloadPolicy("test").ok());
-  // The reload verified site-2's live session again and ended it: the
-  // epoch is over, and site-1 learns why.
   const absl::Status ended = GatherRanks(*members.groups[0]);
   EXPECT_EQ(ended.code(), absl::StatusCode::kUnavailable) << ended;
   EXPECT_THAT(std::string(ended.message()),
               HasSubstr("rank 1 (" + Id("site-2") + ") disconnected"));
   EXPECT_THAT(std::string(ended.message()), HasSubstr("was revoked"));
+}
+
+TEST(CertificateTest, RevocationEndsTheLiveSessionAndRefusesNewOnes) {
+  ClusterOptions options = Audited(2);
+  options.crl = true;
+  TestCluster cluster(options);
+  Members members(cluster);
+  RevokeSiteTwo(cluster, members);
   // A new session of site-2 is refused.
   const absl::Status revoked =
       JoinDemo(cluster, cluster.TlsFor(TestCluster::Site(1)));
@@ -216,6 +220,21 @@ TEST(CertificateTest, RevocationEndsTheLiveSessionAndRefusesNewOnes) {
   EXPECT_EQ(reload["details"]["crl_count"], "1");
   EXPECT_TRUE(reload["details"]["crl_next_update"].is_string());
   EXPECT_FALSE(reload["details"].contains("crl_stale"));
+}
+
+// Issue 17 (found by reading): with resumable sessions a revoked member was
+// only detached, so the epoch, and its open collective streams, lived on for
+// the resume grace. Revocation now ends the epoch at once.
+TEST(CertificateTest, RevocationEndsTheEpochAtOnceWhenSessionsMayResume) {
+  ClusterOptions options = Audited(2);
+  options.crl = true;
+  options.limits.resume_grace = absl::Minutes(2);
+  TestCluster cluster(options);
+  Members members(cluster);
+  const absl::Time start = absl::Now();
+  RevokeSiteTwo(cluster, members);
+  // Well before the two-minute grace would have run out.
+  EXPECT_LT(absl::Now() - start, absl::Minutes(1));
 }
 
 TEST(CertificateTest, AStaleCrlIsStillHonouredAndReported) {

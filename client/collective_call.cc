@@ -39,6 +39,13 @@ absl::Status CollectiveCall::Prepare() {
     header->set_reduce(setup_.reduce);
     header->set_weight(setup_.weight);
   }
+  if (setup_.upload_chunk_bytes < 0 ||
+      setup_.upload_chunk_bytes > setup_.max_chunk_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload_chunk_bytes ", setup_.upload_chunk_bytes,
+                     " must be 0 (the server's chunk limit) or 1 to ",
+                     setup_.max_chunk_bytes));
+  }
   for (const ConstHostTensor& input : inputs_) {
     fingerprint_.push_back(input.spec);
   }
@@ -148,7 +155,10 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
     meta.rank = static_cast<uint32_t>(setup_.rank);
     meta.tensor_index = static_cast<uint32_t>(write_tensor_);
     meta.offset = static_cast<uint64_t>(write_offset_);
-    meta.size = static_cast<uint64_t>(std::min(left, setup_.max_chunk_bytes));
+    const int64_t chunk = setup_.upload_chunk_bytes > 0
+                              ? setup_.upload_chunk_bytes
+                              : setup_.max_chunk_bytes;
+    meta.size = static_cast<uint64_t>(std::min(left, chunk));
     const uint8_t* data =
         static_cast<const uint8_t*>(inputs_[write_tensor_].data) +
         write_offset_;

@@ -70,6 +70,8 @@ struct CollectiveSetup {
   int rank = 0;
   int world_size = 1;
   int64_t max_chunk_bytes = 1 << 20;
+  // The size this rank's upload chunks are cut to (0: max_chunk_bytes).
+  int64_t upload_chunk_bytes = 0;
   int root = 0;  // BROADCAST: the rank that sends; the others only receive
   v1::ReduceOp reduce = v1::REDUCE_UNSPECIFIED;  // ALL_REDUCE
   double weight = 1;  // ALL_REDUCE WEIGHTED_MEAN: this rank's example count

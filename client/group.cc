@@ -318,6 +318,7 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.rank = rank_;
   setup.world_size = world_size_;
   setup.max_chunk_bytes = max_chunk_bytes_;
+  setup.upload_chunk_bytes = options.upload_chunk_bytes;
   setup.resume_grace = options.resume_grace;
   setup.break_after_bytes_sent = options.break_after_bytes_sent;
   setup.break_after_frames_received = options.break_after_frames_received;

@@ -67,6 +67,12 @@ struct CollectiveOptions {
   // resumed within this grace: the upload goes on from what the server
   // holds, the download from what this rank has. Zero: a break fails it.
   absl::Duration resume_grace = absl::Seconds(10);
+  // The size of the chunks this rank cuts its upload into: 0 for the
+  // server's chunk limit (Joined.max_chunk_bytes, the fewest frames), else
+  // 1 to that limit; anything else is refused with INVALID_ARGUMENT before
+  // anything is sent. Ranks need not agree, and a chunk may end inside an
+  // element (docs/protocol.md).
+  int64_t upload_chunk_bytes = 0;
   // When set, receives what the collective moved, counting every stream.
   TransferStats* stats = nullptr;
   // When set, is updated as the collective runs (a progress display reads

@@ -158,6 +158,21 @@ RoundPlan PlanRound(const PlanOptions& options, int round) {
                    : CutKind::kDownload;
     plan.cut_fraction = draw.Fraction();
   }
+  for (int r = 0; r < world; ++r) {
+    // Half the ranks use the server's limit; the others a size of their
+    // own, log-uniform down to a 512th of their upload (so that a round
+    // stays a few thousand frames), odd half the time.
+    Draw chunk(SeedOf(options.seed, round, r, -2));
+    int64_t bytes = 0;
+    if (chunk.Uniform(0, 1) == 1) {
+      const int64_t upload = UploadBytes(plan, r);
+      const int64_t least = std::max<int64_t>(1, upload / 512);
+      bytes = least + chunk.LogUniform(std::max<int64_t>(1, upload)) - 1;
+      bytes = std::min<int64_t>(bytes, int64_t{1} << 20);
+      if (chunk.Uniform(0, 1) == 1) bytes |= 1;
+    }
+    plan.chunk_bytes.push_back(bytes);
+  }
   return plan;
 }
 

@@ -1,8 +1,9 @@
 // RoundPlan: what every rank does in one round of the soak test, drawn from
 // the soak's seed and the round's number alone, so that the rank threads
 // agree on it without talking to each other: the collective, its tensors'
-// names, dtypes and shapes (per rank where the op lets them differ), and
-// whether, whose and where a connection is cut. RoundInputs are the
+// names, dtypes and shapes (per rank where the op lets them differ), the
+// chunk size each rank cuts its upload to, and whether, whose and where a
+// connection is cut. RoundInputs are the
 // deterministic bytes every rank contributes to a round, and
 // SharedRoundInputs makes them once per round for all rank threads.
 #ifndef FEDGATHER_TESTS_SOAK_ROUND_PLAN_H_
@@ -44,6 +45,9 @@ struct RoundPlan {
   CutKind cut = CutKind::kNone;
   int victim = -1;
   double cut_fraction = 0;
+  // By rank: the size it cuts its upload's chunks to (0: the server's
+  // chunk limit). Ranks differ, and odd sizes end chunks inside elements.
+  std::vector<int64_t> chunk_bytes;
 };
 
 struct PlanOptions {

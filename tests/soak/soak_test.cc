@@ -5,7 +5,9 @@
 // "demo". Each round's collective (mostly all_gather, some all_gather_v,
 // all_reduce and all_gather_bytes), its tensors and their sizes (1 byte to
 // 1 MiB per rank, log-uniform) and its fault come from --seed
-// (round_plan.h): about one round in ten cuts a random participant's TCP
+// (round_plan.h), and so does the chunk size each rank cuts its upload to
+// (half the ranks their own, odd half the time, so ranks cut differently and
+// inside elements): about one round in ten cuts a random participant's TCP
 // connection part-way through its upload or its download, so that the
 // client library resumes its session and its collective. Every rank checks
 // every result byte for byte against the deterministic inputs.
@@ -224,6 +226,7 @@ absl::Status RunRound(Group& group, int round, const RoundPlan& plan,
   options.timeout = kCollectiveTimeout;
   options.stats = &stats;
   options.progress = &progress;
+  options.upload_chunk_bytes = plan.chunk_bytes[rank];
   if (victim && plan.cut == CutKind::kUpload) {
     proxy.CutAfterUpstreamBytes(
         static_cast<int64_t>(plan.cut_fraction * UploadBytes(plan, rank)));

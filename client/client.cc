@@ -3,8 +3,11 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/support/channel_arguments.h>
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/handshake_refusal.h"
 #include "common/grpc_status.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -26,8 +29,17 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   args.SetMaxReceiveMessageSize(16 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.server_address, MakeChannelCredentials(options.tls), args);
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  if (!options.tls.insecure_plaintext_for_benchmarks) {
+    interceptors.push_back(
+        MakeHandshakeRefusalInterceptor(options.server_address, options.tls));
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::experimental::CreateCustomChannelWithInterceptors(
+          options.server_address, MakeChannelCredentials(options.tls), args,
+          std::move(interceptors));
   return std::unique_ptr<Client>(
       new Client(options.server_address, std::move(channel)));
 }

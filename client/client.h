@@ -41,7 +41,9 @@ struct JoinOptions {
   // connect to (nothing listening yet, a connection closed before the TLS
   // handshake finished) before it returns UNAVAILABLE. Within `timeout`.
   // An answer from the server, refusals included, is never retried, nor a
-  // server certificate this client rejects (wrong CA or name).
+  // server certificate this client rejects (wrong CA or name), nor a
+  // certificate of this client's that the server's handshake refuses
+  // (UNAUTHENTICATED, client/handshake_refusal.h).
   absl::Duration connect_timeout = absl::Seconds(30);
   // When the session to the server breaks (not when the server ends it),
   // the member reconnects and takes its rank again within this grace, with
@@ -53,8 +55,11 @@ struct JoinOptions {
 class Client {
  public:
   // Connect prepares a channel; it does not block. Connection and TLS
-  // failures surface from Join as UNAVAILABLE. INVALID_ARGUMENT for empty
-  // options.
+  // failures surface from the calls as UNAVAILABLE, except that a call that
+  // fails because this client's certificate cannot pass the server's TLS
+  // handshake (expired, not yet valid, not issued by the CA in tls.ca_pem,
+  // not for client authentication) is UNAUTHENTICATED naming why
+  // (client/handshake_refusal.h). INVALID_ARGUMENT for empty options.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
 
@@ -62,15 +67,17 @@ class Client {
   // are assigned) and returns this member's Group. Errors from the server:
   // PERMISSION_DENIED (not a member, or no such group), INVALID_ARGUMENT
   // (world size or rank), ALREADY_EXISTS (rank taken), FAILED_PRECONDITION
-  // (group full), DEADLINE_EXCEEDED (did not form in time), UNAVAILABLE (no
-  // connection or failed TLS handshake for connect_timeout).
+  // (group full), DEADLINE_EXCEEDED (did not form in time), UNAUTHENTICATED
+  // (the server refuses this client's certificate, in the handshake or on
+  // the call), UNAVAILABLE (no connection or failed TLS handshake for
+  // connect_timeout).
   absl::StatusOr<std::unique_ptr<Group>> Join(const JoinOptions& options);
 
   // The Admin service. Each blocks for one call of at most `timeout`.
   // GetStatus reports `group` (empty: every group this identity has a role
   // in); AbortRound aborts `group`'s rounds in flight (its admins only);
   // ReloadPolicy makes the server re-read its policy and CRL (server admins
-  // only). Errors: UNAUTHENTICATED (the server refused the certificate),
+  // only). Errors: UNAUTHENTICATED (the server refuses the certificate),
   // PERMISSION_DENIED (the policy does not allow it), UNAVAILABLE.
   absl::StatusOr<v1::StatusReply> GetStatus(
       const std::string& group, absl::Duration timeout = absl::Seconds(30));
@@ -84,7 +91,8 @@ class Client {
   // (grpc.health.v1.Health/Check, the whole server) whether it is serving.
   // OK when it answers SERVING; UNAVAILABLE naming the status it answered
   // otherwise (NOT_SERVING while it stops); the call's error when there is
-  // no answer (UNAVAILABLE, DEADLINE_EXCEEDED). Blocks for at most
+  // no answer (UNAVAILABLE, DEADLINE_EXCEEDED, UNAUTHENTICATED when this
+  // client's certificate cannot pass the handshake). Blocks for at most
   // `timeout`.
   absl::Status CheckHealth(absl::Duration timeout = absl::Seconds(5));
 

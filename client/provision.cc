@@ -189,6 +189,11 @@ absl::Status Provision(const ProvisionOptions& options) {
         .push_back(name);
   }
   server.server_auth = true;
+  // Also clientAuth: the server's handshake admits only client-auth
+  // certificates, and probes in the server's container (`fedgather health
+  // --tls-dir <server dir>`) present this one. The policy gives its identity
+  // no role unless an operator names it.
+  server.client_auth = true;
   server.not_after = not_after;
   FG_ASSIGN_OR_RETURN(const KeyAndCert server_pair,
                       IssueCertificate(ca, server));

@@ -35,7 +35,8 @@ struct ProvisionOptions {
 
 // Provision writes, under DIR = options.out_dir:
 //   DIR/ca.pem, DIR/ca-key.pem             the CA (CN "fedgather CA")
-//   DIR/server/{cert.pem,key.pem,ca.pem}   serverAuth, SANs server_names
+//   DIR/server/{cert.pem,key.pem,ca.pem}   serverAuth and clientAuth (for
+//                                          probes), SANs server_names
 //   DIR/<name>/{cert.pem,key.pem,ca.pem}   per participant, observer and
 //                                          admin: CN <name>, SAN URI
 //                                          ParticipantIdentity(name),

@@ -156,6 +156,7 @@ std::string NotForClientAuth(X509* cert) {
 }  // namespace
 
 struct ClientCertVerifier::State {
+  std::string ca_name;
   StorePtr store;
   std::vector<OpenSslPtr<X509>> cas;
   std::vector<CrlPtr> crls;
@@ -195,8 +196,10 @@ ClientCertVerifier::ClientCertVerifier(std::unique_ptr<State> state)
 ClientCertVerifier::~ClientCertVerifier() = default;
 
 absl::StatusOr<std::unique_ptr<ClientCertVerifier>> ClientCertVerifier::Create(
-    const std::string& ca_pem, const std::string& crl_pem) {
+    const std::string& ca_pem, const std::string& crl_pem,
+    std::string ca_name) {
   auto state = std::make_unique<State>();
+  state->ca_name = std::move(ca_name);
   FG_ASSIGN_OR_RETURN(state->cas, ReadAllCertificates(ca_pem, "client CA"));
   if (state->cas.empty()) {
     return absl::InvalidArgumentError("the client CA PEM holds no certificate");
@@ -344,12 +347,13 @@ absl::StatusOr<VerifiedCertificate> ClientCertVerifier::Verify(
       case X509_V_ERR_CERT_SIGNATURE_FAILURE:
       case X509_V_ERR_CERT_UNTRUSTED:
       case X509_V_ERR_CERT_REJECTED:
-        return refuse(absl::StrCat(
-            "is not issued by this server's client CA (issuer: ",
-            NameText(X509_get_issuer_name(leaf)),
-            state_->HasCaNamed(X509_get_issuer_name(leaf))
-                ? ", a different key from this server's CA of that name)"
-                : ")"));
+        return refuse(
+            absl::StrCat("is not issued by ", state_->ca_name,
+                         " (issuer: ", NameText(X509_get_issuer_name(leaf)),
+                         state_->HasCaNamed(X509_get_issuer_name(leaf))
+                             ? absl::StrCat(", a different key from ",
+                                            state_->ca_name, " of that name)")
+                             : ")"));
       case X509_V_ERR_INVALID_PURPOSE:
         if (depth == 0) {
           return refuse(IsCa(leaf)

@@ -1,7 +1,12 @@
-// Per-call verification of a client certificate: the server accepts TLS with
-// an optional, unverified client certificate (the handshake still proves the
-// client holds its private key) and checks the certificate itself on every
-// call, so that each refusal can name its reason and be audited.
+// Verification of a client certificate, with a reason for every refusal.
+// The server's TLS handshake already requires a certificate that chains to
+// the client CA and is valid (common/tls_credentials.h); the server checks it
+// again on every call, and at each policy reload and periodic re-check, for
+// what the handshake does not check (the CRL, a CA certificate used as a
+// leaf, the identity) and for a certificate that expired since, so that each
+// refusal names its reason and is audited. The client checks its own
+// certificate with it to explain a handshake the server refused
+// (client/handshake_refusal.h).
 #ifndef FEDGATHER_COMMON_CERT_VERIFIER_H_
 #define FEDGATHER_COMMON_CERT_VERIFIER_H_
 
@@ -34,13 +39,15 @@ class ClientCertVerifier {
   // revocation checking, else one or more PEM CRLs, each signed (issuer name
   // and signature) by one of the CAs. A CRL past its nextUpdate is accepted
   // and still honoured: what it revokes stays revoked. Its staleness is the
-  // caller's to report; see crl_next_update().
+  // caller's to report; see crl_next_update(). `ca_name` names the CAs in
+  // refusals ("is not issued by <ca_name>").
   // INVALID_ARGUMENT, naming the problem, when `ca_pem` holds no certificate,
   // a block that does not parse or a certificate that is not a CA; when a
   // non-empty `crl_pem` holds no CRL or one that does not parse; or when a
   // CRL is not signed by any of the CAs.
   static absl::StatusOr<std::unique_ptr<ClientCertVerifier>> Create(
-      const std::string& ca_pem, const std::string& crl_pem);
+      const std::string& ca_pem, const std::string& crl_pem,
+      std::string ca_name = "this server's client CA");
 
   ~ClientCertVerifier();
   ClientCertVerifier(const ClientCertVerifier&) = delete;
@@ -62,7 +69,7 @@ class ClientCertVerifier {
   // be read) where <reason> is, for example:
   //   expired at <RFC 3339>            is not valid until <RFC 3339>
   //   was revoked (serial <hex>) at <RFC 3339>
-  //   is not issued by this server's client CA (issuer: <DN>)
+  //   is not issued by <ca_name> (issuer: <DN>)
   //   is not for client authentication (<why>)
   //   is a CA certificate, not a client certificate
   // and "no client certificate was presented" for an empty `cert_pem`.

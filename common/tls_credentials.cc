@@ -34,7 +34,7 @@ std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     return MakePlaintextServerCredentials();
   }
   grpc::SslServerCredentialsOptions options(
-      GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+      GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   options.pem_root_certs = files.ca_pem;
   options.pem_key_cert_pairs.push_back({files.key_pem, files.cert_pem});
   return grpc::SslServerCredentials(options);

@@ -1,6 +1,6 @@
 // TLS material and the gRPC credentials built from it. Both sides use mutual
-// TLS: the server requires and verifies a client certificate, and the client
-// verifies the server against the same CA.
+// TLS: the server requires and verifies a client certificate in the
+// handshake, and the client verifies the server against its CA.
 #ifndef FEDGATHER_COMMON_TLS_CREDENTIALS_H_
 #define FEDGATHER_COMMON_TLS_CREDENTIALS_H_
 
@@ -34,13 +34,16 @@ absl::StatusOr<TlsFiles> ReadTlsFiles(const std::string& cert_path,
 // `fedgather provision` writes for each participant.
 absl::StatusOr<TlsFiles> ReadTlsDir(const std::string& dir);
 
-// MakeServerCredentials asks for a client certificate but leaves its
-// verification to the service (ClientCertVerifier on every call), so that a
-// missing, foreign, expired or revoked certificate gets an UNAUTHENTICATED
-// status naming why, and an audit record, instead of a bare handshake
-// failure. The handshake still proves the client holds the certificate's
-// private key. TLS 1.2 is the minimum (gRPC's default, checked in
-// tests/e2e/tls_config_test.cc). With
+// MakeServerCredentials requires a client certificate in the TLS handshake
+// and verifies it there against `files.ca_pem` (the client CA, --client-ca):
+// it must chain to it, every certificate of the chain must be valid now, and
+// the leaf must be fit for client authentication (OpenSSL's "SSL client"
+// purpose). A client that presents none, or one that fails, never reaches
+// HTTP/2: gRPC closes the connection (without a TLS alert) and logs
+// "Handshake failed ..." on the server; there is no audit record. What the
+// handshake does not check (the CRL, a CA used as a leaf, the identity, the
+// policy) is checked on every call (common/cert_verifier.h). TLS 1.2 is the
+// minimum (gRPC's default, checked in tests/e2e/tls_config_test.cc). With
 // files.insecure_plaintext_for_benchmarks: MakePlaintextServerCredentials.
 std::shared_ptr<grpc::ServerCredentials> MakeServerCredentials(
     const TlsFiles& files);

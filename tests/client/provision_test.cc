@@ -114,6 +114,10 @@ TEST(ProvisionTest, WritesEveryFileWithIdentitiesAndPrivateKeys) {
   const std::string server_pem = Read(dir + "/server/cert.pem");
   EXPECT_EQ(VerifyError(ca_pem, server_pem, X509_PURPOSE_SSL_SERVER),
             X509_V_OK);
+  // And it may be a client, so that a probe can present it (the server's
+  // handshake admits client-auth certificates only).
+  EXPECT_EQ(VerifyError(ca_pem, server_pem, X509_PURPOSE_SSL_CLIENT),
+            X509_V_OK);
   OpenSslPtr<X509> server = ParseCert(server_pem);
   ASSERT_NE(server, nullptr);
   EXPECT_EQ(Sans(server.get(), GEN_DNS), std::vector<std::string>{"localhost"});

@@ -267,7 +267,7 @@ TEST_F(CertVerifierTest, ForeignCaIsRefusedNamingTheIssuer) {
   ASSERT_TRUE(namesake.ok());
   EXPECT_THAT(Refusal(*verifier, Issue(ClientSpec(), &*namesake).cert_pem),
               HasSubstr("(issuer: CN=fedgather CA, a different key from this "
-                        "server's CA of that name)"));
+                        "server's client CA of that name)"));
   // A foreign chain given as intermediates does not help.
   EXPECT_FALSE(
       verifier->Verify(leaf.cert_pem, other_ca_.cert_pem, absl::Now()).ok());

@@ -188,6 +188,32 @@ TEST(CliTest, HealthSaysServingUntilTheServerStops) {
   as_server[4] = cluster.dir() + "/server";
   CliResult probe = RunCli(cluster, as_server);
   EXPECT_EQ(probe.exit_code, 0) << probe.err;
+  // A certificate of another CA (with this federation's ca.pem): the
+  // server's handshake refuses it, and the probe says so at once.
+  TestCluster other(2);
+  const std::string stranger = cluster.dir() + "/stranger";
+  const std::string from = other.dir() + "/" + TestCluster::Site(0);
+  ASSERT_TRUE(MakeDirectories(stranger, 0755).ok());
+  for (const char* file : {"/cert.pem", "/key.pem"}) {
+    ASSERT_TRUE(WriteStringToFile(stranger + file,
+                                  ReadFileToString(from + file).value(), 0600)
+                    .ok());
+  }
+  ASSERT_TRUE(
+      WriteStringToFile(stranger + "/ca.pem",
+                        ReadFileToString(cluster.dir() + "/ca.pem").value())
+          .ok());
+  std::vector<std::string> as_stranger = health;
+  as_stranger[4] = stranger;
+  CliResult refused = RunCli(cluster, as_stranger);
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.err,
+              HasSubstr("fedgather health: UNAUTHENTICATED: health check of " +
+                        cluster.address() +
+                        ": this client's certificate cannot pass the TLS "
+                        "handshake of the server"));
+  EXPECT_THAT(refused.err, HasSubstr("is not issued by the CA in this "
+                                     "client's ca.pem"));
 
   cluster.StopServer();
   CliResult stopped = RunCli(cluster, health);

@@ -3,7 +3,12 @@
 // version and one family of cipher suites at a time. The client's security
 // level is 0 so that it can offer even TLS 1.0 and 1.1; what is refused is
 // then refused by the server, which the test checks by the ClientHello going
-// out and no ServerHello coming back.
+// out and no ServerHello coming back. The client also presents no
+// certificate, or one the server must refuse, and checks that the server
+// closes the connection before HTTP/2: the server's answer to the HTTP/2
+// preface (its SETTINGS frame) comes only after a good certificate. This is
+// the suite's check that client-certificate authentication is required,
+// which `testssl.sh` reports (docs/security.md).
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,10 +19,14 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/cert_issuer.h"
+#include "common/file_io.h"
 #include "tests/e2e/test_cluster.h"
 
 namespace fedgather::testing {
@@ -39,6 +48,10 @@ struct Handshake {
   std::string error;  // OpenSSL's error queue when !ok
   bool client_hello_sent = false;
   bool server_hello_received = false;
+  // After a completed handshake (ok): whether the server answered the
+  // HTTP/2 preface with a SETTINGS frame, else how the read failed.
+  bool reached_http2 = false;
+  std::string http2_error;
 };
 
 // RecordHellos is the SSL message callback: it notes the ClientHello going
@@ -61,6 +74,12 @@ struct ClientHello {
   std::string cipher_list;
   // TLS 1.3; empty keeps OpenSSL's default suites.
   std::string ciphersuites;
+  // The client certificate and key files to present; empty: the
+  // certificate of TestCluster::Site(0). No certificate at all when
+  // `anonymous`.
+  std::string cert_path;
+  std::string key_path;
+  bool anonymous = false;
 };
 
 std::string DrainErrors() {
@@ -93,8 +112,30 @@ int Dial(int port) {
   return fd;
 }
 
+// SpeakHttp2 sends the HTTP/2 client preface and an empty SETTINGS frame on
+// a completed handshake and reads the first frame header of the answer.
+void SpeakHttp2(SSL* ssl, Handshake* out) {
+  static const char kPreface[] =
+      "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+      "\0\0\0\x04\0\0\0\0\0";  // SETTINGS, no parameters
+  unsigned char frame[9];
+  int got = 0;
+  if (SSL_write(ssl, kPreface, sizeof(kPreface) - 1) ==
+      static_cast<int>(sizeof(kPreface) - 1)) {
+    got = SSL_read(ssl, frame, sizeof(frame));
+  }
+  if (got == static_cast<int>(sizeof(frame)) && frame[3] == 0x04) {
+    out->reached_http2 = true;
+  } else {
+    out->http2_error =
+        absl::StrCat("SSL_read ", got, ": SSL_get_error ",
+                     SSL_get_error(ssl, got), ": ", DrainErrors());
+  }
+}
+
 // Shake runs one TLS handshake with `hello` against the cluster's server,
-// presenting site-1's certificate and verifying the server against the CA.
+// presenting the certificate `hello` names and verifying the server against
+// the CA; after a completed handshake it speaks HTTP/2 (SpeakHttp2).
 Handshake Shake(const TestCluster& cluster, const ClientHello& hello) {
   ERR_clear_error();
   Handshake out;
@@ -105,16 +146,20 @@ Handshake Shake(const TestCluster& cluster, const ClientHello& hello) {
   }
   SSL_CTX_set_security_level(ctx.get(), 0);
   const std::string site = cluster.dir() + "/" + TestCluster::Site(0);
+  const std::string cert_path =
+      hello.cert_path.empty() ? site + "/cert.pem" : hello.cert_path;
+  const std::string key_path =
+      hello.key_path.empty() ? site + "/key.pem" : hello.key_path;
   if (SSL_CTX_set_min_proto_version(ctx.get(), hello.min_version) != 1 ||
       SSL_CTX_set_max_proto_version(ctx.get(), hello.max_version) != 1 ||
       (!hello.cipher_list.empty() &&
        SSL_CTX_set_cipher_list(ctx.get(), hello.cipher_list.c_str()) != 1) ||
       (!hello.ciphersuites.empty() &&
        SSL_CTX_set_ciphersuites(ctx.get(), hello.ciphersuites.c_str()) != 1) ||
-      SSL_CTX_use_certificate_chain_file(ctx.get(),
-                                         (site + "/cert.pem").c_str()) != 1 ||
-      SSL_CTX_use_PrivateKey_file(ctx.get(), (site + "/key.pem").c_str(),
-                                  SSL_FILETYPE_PEM) != 1 ||
+      (!hello.anonymous &&
+       (SSL_CTX_use_certificate_chain_file(ctx.get(), cert_path.c_str()) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx.get(), key_path.c_str(),
+                                    SSL_FILETYPE_PEM) != 1)) ||
       SSL_CTX_load_verify_locations(ctx.get(), (site + "/ca.pem").c_str(),
                                     nullptr) != 1) {
     out.error = "client setup (a test bug): " + DrainErrors();
@@ -145,7 +190,8 @@ Handshake Shake(const TestCluster& cluster, const ClientHello& hello) {
     const SSL_CIPHER* cipher = SSL_get_current_cipher(ssl.get());
     out.cipher = SSL_CIPHER_get_name(cipher);
     out.aead = SSL_CIPHER_is_aead(cipher) == 1;
-    SSL_shutdown(ssl.get());
+    SpeakHttp2(ssl.get(), &out);
+    if (out.reached_http2) SSL_shutdown(ssl.get());
   } else {
     out.error =
         absl::StrCat("SSL_connect: SSL_get_error ",
@@ -169,6 +215,9 @@ void ExpectRefusedByServer(const Handshake& h) {
 
 class TlsConfigTest : public ::testing::Test {
  protected:
+  // A write to a connection the server closed must fail, not kill the test.
+  static void SetUpTestSuite() { std::signal(SIGPIPE, SIG_IGN); }
+
   TestCluster cluster_{ClusterOptions(2)};
 };
 
@@ -205,6 +254,7 @@ TEST_F(TlsConfigTest, Tls12WithAesGcmIsAccepted) {
   EXPECT_EQ(h.version, "TLSv1.2");
   EXPECT_EQ(h.cipher, "ECDHE-ECDSA-AES128-GCM-SHA256");
   EXPECT_TRUE(h.aead);
+  EXPECT_TRUE(h.reached_http2) << h.http2_error;
 }
 
 TEST_F(TlsConfigTest, Tls12OfferingEverythingNegotiatesAead) {
@@ -224,6 +274,7 @@ TEST_F(TlsConfigTest, Tls13IsAcceptedWithAeadSuite) {
   ASSERT_TRUE(h.ok) << h.error;
   EXPECT_EQ(h.version, "TLSv1.3");
   EXPECT_TRUE(h.aead) << h.cipher;
+  EXPECT_TRUE(h.reached_http2) << h.http2_error;
 }
 
 TEST_F(TlsConfigTest, AnyVersionNegotiatesTls13) {
@@ -231,6 +282,56 @@ TEST_F(TlsConfigTest, AnyVersionNegotiatesTls13) {
   ASSERT_TRUE(h.ok) << h.error;
   EXPECT_EQ(h.version, "TLSv1.3");
   EXPECT_TRUE(h.aead) << h.cipher;
+}
+
+// ExpectClientCertificateRefused checks, for TLS 1.2 and 1.3, that a client
+// presenting what `hello` names never reaches HTTP/2. In TLS 1.2 the server
+// judges the certificate before its Finished, so the handshake fails; in
+// TLS 1.3 the client's side of the handshake completes first, and the
+// server then closes the connection. gRPC 1.51 sends no TLS alert in either
+// case.
+void ExpectClientCertificateRefused(const TestCluster& cluster,
+                                    ClientHello hello) {
+  for (const int version : {TLS1_2_VERSION, TLS1_3_VERSION}) {
+    SCOPED_TRACE(version == TLS1_2_VERSION ? "TLS 1.2" : "TLS 1.3");
+    hello.min_version = hello.max_version = version;
+    const Handshake h = Shake(cluster, hello);
+    EXPECT_TRUE(h.server_hello_received) << h.error;
+    EXPECT_EQ(h.ok, version == TLS1_3_VERSION) << h.error;
+    EXPECT_FALSE(h.reached_http2) << "the server answered HTTP/2";
+  }
+}
+
+TEST_F(TlsConfigTest, NoClientCertificateIsRefusedAtTheHandshake) {
+  ClientHello hello;
+  hello.anonymous = true;
+  ExpectClientCertificateRefused(cluster_, hello);
+}
+
+TEST_F(TlsConfigTest, AnotherCasCertificateIsRefusedAtTheHandshake) {
+  TestCluster other{ClusterOptions(2)};  // a second, unrelated CA
+  ClientHello hello;
+  hello.cert_path = other.dir() + "/" + TestCluster::Site(0) + "/cert.pem";
+  hello.key_path = other.dir() + "/" + TestCluster::Site(0) + "/key.pem";
+  ExpectClientCertificateRefused(cluster_, hello);
+}
+
+TEST_F(TlsConfigTest, AnExpiredCertificateIsRefusedAtTheHandshake) {
+  const KeyAndCert ca{ReadFileToString(cluster_.dir() + "/ca-key.pem").value(),
+                      ReadFileToString(cluster_.dir() + "/ca.pem").value()};
+  CertificateSpec spec;
+  spec.common_name = "expired";
+  spec.client_auth = true;
+  spec.not_before = absl::Now() - absl::Hours(48);
+  spec.not_after = absl::Now() - absl::Hours(24);
+  absl::StatusOr<KeyAndCert> expired = IssueCertificate(ca, spec);
+  ASSERT_TRUE(expired.ok()) << expired.status();
+  ClientHello hello;
+  hello.cert_path = cluster_.dir() + "/expired-cert.pem";
+  hello.key_path = cluster_.dir() + "/expired-key.pem";
+  ASSERT_TRUE(WriteStringToFile(hello.cert_path, expired->cert_pem).ok());
+  ASSERT_TRUE(WriteStringToFile(hello.key_path, expired->key_pem).ok());
+  ExpectClientCertificateRefused(cluster_, hello);
 }
 
 }  // namespace

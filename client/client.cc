@@ -64,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Group>> Client::Join(
   request.set_world_size(options.world_size);
   if (options.rank.has_value()) request.set_requested_rank(*options.rank);
   std::unique_ptr<Group> group(
-      new Group(channel_, options.group, options.resume_grace));
+      new Group(channel_, address_, options.group, options.resume_grace));
   if (absl::Status joined =
           group->Join(request, options.timeout, options.connect_timeout);
       !joined.ok()) {

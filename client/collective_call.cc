@@ -1,5 +1,6 @@
 #include "client/collective_call.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -210,6 +211,9 @@ void CollectiveCall::Attempt::OnWriteDone(bool ok) {
 
 void CollectiveCall::Attempt::OnReadDone(bool ok) {
   if (!ok) return;
+  if (call_->setup_.liveness != nullptr) {
+    call_->setup_.liveness->Heard(absl::Now());
+  }
   if (call_->HandleRead(this)) StartRead(&read_buffer_);
 }
 
@@ -452,18 +456,37 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
   return absl::OkStatus();
 }
 
+void CollectiveCall::AwaitAttempt(absl::Time deadline, absl::Duration timeout) {
+  for (;;) {
+    const absl::Time until =
+        setup_.liveness == nullptr
+            ? deadline
+            : std::min(deadline, absl::Now() + setup_.liveness->check_every());
+    if (attempt_->done.WaitForNotificationWithDeadline(until)) return;
+    const absl::Time now = absl::Now();
+    absl::Status abort = setup_.liveness == nullptr
+                             ? absl::OkStatus()
+                             : setup_.liveness->Check(now);
+    if (abort.ok() && now >= deadline) {
+      abort = absl::DeadlineExceededError(
+          absl::StrCat("group '", setup_.group, "' seq ", setup_.seq,
+                       ": no result within the client timeout of ",
+                       absl::FormatDuration(timeout)));
+    }
+    if (!abort.ok()) {
+      Abort(attempt_.get(), abort);
+      attempt_->done.WaitForNotification();
+      return;
+    }
+  }
+}
+
 absl::Status CollectiveCall::Wait(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   absl::Time broken_since = absl::InfiniteFuture();
   absl::Duration backoff = absl::Milliseconds(20);
   for (;;) {
-    if (!attempt_->done.WaitForNotificationWithDeadline(deadline)) {
-      Abort(attempt_.get(), absl::DeadlineExceededError(absl::StrCat(
-                                "group '", setup_.group, "' seq ", setup_.seq,
-                                ": no result within the client timeout of ",
-                                absl::FormatDuration(timeout))));
-      attempt_->done.WaitForNotification();
-    }
+    AwaitAttempt(deadline, timeout);
     {
       absl::MutexLock lock(&mu_);
       if (!error_.ok()) return error_;

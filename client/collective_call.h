@@ -32,6 +32,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/server_liveness.h"
 #include "common/chunk_sequence.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
@@ -82,6 +83,9 @@ struct CollectiveSetup {
   int64_t break_after_bytes_sent = -1;
   int64_t break_after_frames_received = -1;
   TransferProgress* progress = nullptr;  // may be null
+  // When set, hears of every frame received, and Wait fails the call with
+  // its status once the server has been silent too long (may be null).
+  ServerLiveness* liveness = nullptr;
 };
 
 // What one collective moved, counting every stream it took.
@@ -105,8 +109,10 @@ class CollectiveCall {
   void Start(grpc::GenericStub* stub);
 
   // Wait blocks until the call is done, at most `timeout` (then it cancels
-  // the call and returns DEADLINE_EXCEEDED). Returns OK only when the commit
-  // arrived and every rank's bytes matched their digests.
+  // the call and returns DEADLINE_EXCEEDED), or until the setup's liveness
+  // finds the server silent (then it cancels the call and returns that
+  // UNAVAILABLE). Returns OK only when the commit arrived and every rank's
+  // bytes matched their digests.
   absl::Status Wait(absl::Duration timeout);
 
   // Contributors are the ranks whose contributions the commit holds, in
@@ -185,6 +191,9 @@ class CollectiveCall {
   // ContributionDigest is the SHA-256 of this rank's whole contribution.
   Sha256Digest ContributionDigest() const;
   void Abort(Attempt* attempt, const absl::Status& status);
+  // AwaitAttempt waits for the running stream to end; past `deadline`, or
+  // once the server is found silent, it aborts it first.
+  void AwaitAttempt(absl::Time deadline, absl::Duration timeout);
 
   const CollectiveSetup setup_;
   const absl::Span<const ConstHostTensor> inputs_;

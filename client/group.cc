@@ -79,11 +79,12 @@ CollectiveSetup Setup(v1::Op op) {
 
 }  // namespace
 
-Group::Group(std::shared_ptr<grpc::Channel> channel, std::string name,
-             absl::Duration resume_grace)
+Group::Group(std::shared_ptr<grpc::Channel> channel, std::string server,
+             std::string name, absl::Duration resume_grace)
     : stub_(v1::Rendezvous::NewStub(channel)),
       generic_stub_(channel),
       name_(std::move(name)),
+      liveness_(std::move(server), name_),
       resume_grace_(resume_grace) {}
 
 Group::~Group() {
@@ -99,8 +100,9 @@ Group::~Group() {
   {
     // Say so, so that the server ends the epoch at once rather than wait
     // for this member to resume (best effort: the stream may be broken).
+    // A server found silent is not told: the write could wait on it.
     bool said = false;
-    {
+    if (CheckServer().ok()) {
       absl::MutexLock lock(&write_mu_);
       v1::SessionRequest leave;
       leave.mutable_leave();
@@ -209,6 +211,7 @@ absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
   epoch_ = joined->epoch();
   max_chunk_bytes_ = joined->max_chunk_bytes();
   heartbeat_interval_ = absl::Milliseconds(joined->heartbeat_interval_ms());
+  heartbeat_timeout_ = absl::Milliseconds(joined->heartbeat_timeout_ms());
   for (const v1::Member& member : joined->members()) {
     identities_.push_back(member.identity());
   }
@@ -221,6 +224,8 @@ absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
 }
 
 void Group::StartHeartbeats() {
+  // The Joined just arrived: the server is heard from as of now.
+  liveness_.Watch(heartbeat_timeout_, heartbeat_interval_, absl::Now());
   stop_heartbeats_ = std::make_unique<absl::Notification>();
   heartbeat_thread_ = std::thread([this, stop = stop_heartbeats_.get()] {
     v1::SessionRequest heartbeat;
@@ -246,8 +251,9 @@ void Group::StopHeartbeats() {
 void Group::RunSession() {
   for (;;) {
     v1::SessionEvent event;
-    while (session_->Read(&event)) {
-    }
+    // The server answers each heartbeat; every event shows it is alive.
+    while (session_->Read(&event)) liveness_.Heard(absl::Now());
+    liveness_.Pause();  // a broken session is resumed within its grace
     StopHeartbeats();
     const grpc::Status status = session_->Finish();
     bool final;
@@ -255,6 +261,8 @@ void Group::RunSession() {
       absl::MutexLock lock(&mu_);
       final = session_context_->GetServerTrailingMetadata().count(
                   kFinalStatusKey) > 0;
+      // CheckServer found the server silent and ended the session.
+      if (!session_status_.ok()) return;
       if (leaving_) {
         session_status_ = absl::CancelledError("this member left the group");
         return;
@@ -273,6 +281,18 @@ void Group::RunSession() {
         leaving_ ? absl::CancelledError("this member left the group") : ended;
     return;
   }
+}
+
+absl::Status Group::CheckServer() {
+  absl::Status silent = liveness_.Check(absl::Now());
+  if (silent.ok()) return silent;
+  absl::MutexLock lock(&mu_);
+  if (session_status_.ok()) {
+    session_status_ = silent;
+    // The session thread sees its stream end, and does not resume it.
+    if (session_context_ != nullptr) session_context_->TryCancel();
+  }
+  return silent;
 }
 
 absl::Status Group::ResumeSession(absl::string_view why) {
@@ -323,9 +343,11 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.break_after_bytes_sent = options.break_after_bytes_sent;
   setup.break_after_frames_received = options.break_after_frames_received;
   setup.progress = options.progress;
+  setup.liveness = &liveness_;
   CollectiveCall call(setup, inputs, target);
   // Bad local input is reported as such, even when the group has ended.
   FG_RETURN_IF_ERROR(call.Prepare());
+  FG_RETURN_IF_ERROR(CheckServer());
   {
     absl::MutexLock lock(&mu_);
     if (!session_status_.ok()) return session_status_;
@@ -334,6 +356,8 @@ absl::Status Group::Run(CollectiveSetup setup,
   // The header is on its way: this seq is spent whatever the outcome.
   ++next_seq_;
   const absl::Status status = call.Wait(options.timeout);
+  // A call that failed on a silent server ends the session too.
+  if (!status.ok()) CheckServer().IgnoreError();
   if (options.stats != nullptr) *options.stats = call.stats();
   FG_RETURN_IF_ERROR(status);
   if (options.contributors != nullptr) {

@@ -8,7 +8,11 @@
 //   INVALID_ARGUMENT    a dtype, shape or name differs between ranks, or bad
 //                       local input (then nothing is sent)
 //   FAILED_PRECONDITION ranks called different ops or seqs; the group ended
-//   UNAVAILABLE         a member disconnected (the message names it)
+//   UNAVAILABLE         a member disconnected (the message names it); or
+//                       the server sent nothing for the group's heartbeat
+//                       timeout (the message names the server): the group
+//                       is then over on this side, every later collective
+//                       fails with that status
 //   DEADLINE_EXCEEDED   the round deadline passed (lists who is missing);
 //                       in a quorum group, fewer than min_quorum had started
 //   FAILED_PRECONDITION (also) this rank came after its quorum round closed
@@ -40,6 +44,7 @@
 #include "absl/types/span.h"
 #include "client/collective_call.h"
 #include "client/collective_queue.h"
+#include "client/server_liveness.h"
 #include "client/work.h"
 #include "common/tensor_spec.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
@@ -229,8 +234,9 @@ class Group {
 
  private:
   friend class Client;
-  Group(std::shared_ptr<grpc::Channel> channel, std::string name,
-        absl::Duration resume_grace);
+  // `server` (HOST:PORT) names the server in errors.
+  Group(std::shared_ptr<grpc::Channel> channel, std::string server,
+        std::string name, absl::Duration resume_grace);
 
   // Join writes the join request and blocks until the group forms (at most
   // `timeout`). A stream that broke before the server answered is opened
@@ -249,6 +255,9 @@ class Group {
   absl::Status ResumeSession(absl::string_view why);
   void StartHeartbeats();
   void StopHeartbeats();
+  // CheckServer returns liveness_'s verdict; when the server is silent it
+  // also ends the session with that status (no resume).
+  absl::Status CheckServer();
   // Enqueue runs `body` on the collective queue and returns its Work.
   template <typename T>
   Work<T> Enqueue(std::function<absl::StatusOr<T>()> body);
@@ -287,6 +296,10 @@ class Group {
   uint64_t epoch_ = 0;
   int64_t max_chunk_bytes_ = 0;
   absl::Duration heartbeat_interval_;
+  absl::Duration heartbeat_timeout_;
+  // What this member has heard from the server lately; watched while a
+  // session stream is established.
+  ServerLiveness liveness_;
   std::vector<std::string> identities_;
   uint64_t next_seq_ = 0;  // used only on the queue's thread
 

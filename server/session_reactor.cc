@@ -137,6 +137,11 @@ void SessionReactor::OnReadDone(bool ok) {
     return;
   } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
     group_->Heartbeat(this, clock_());
+    {
+      absl::MutexLock lock(&mu_);
+      heartbeat_owed_ = true;
+    }
+    StartNextWrite();
   } else {
     Close(absl::InvalidArgumentError(
         "a session may join only once; later messages must be heartbeats"));
@@ -149,23 +154,53 @@ void SessionReactor::OnReadDone(bool ok) {
 void SessionReactor::SendJoined(const v1::Joined& joined) {
   {
     absl::MutexLock lock(&mu_);
-    if (finished_ || write_in_flight_) return;
+    joined_ = joined;
+  }
+  StartNextWrite();
+}
+
+bool SessionReactor::NextEventLocked() {
+  if (joined_.has_value()) {
+    *event_.mutable_joined() = *std::move(joined_);
+    joined_.reset();
+    return true;
+  }
+  if (heartbeat_owed_) {
+    heartbeat_owed_ = false;
+    event_.mutable_heartbeat();
+    return true;
+  }
+  return false;
+}
+
+void SessionReactor::StartNextWrite() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (write_in_flight_ || write_failed_ || finished_ || has_pending_finish_ ||
+        !NextEventLocked()) {
+      return;
+    }
     write_in_flight_ = true;
-    *event_.mutable_joined() = joined;
   }
   StartWrite(&event_);
 }
 
 void SessionReactor::OnWriteDone(bool ok) {
   absl::Status finish;
+  bool finishing = false;
   {
     absl::MutexLock lock(&mu_);
     write_in_flight_ = false;
-    if (!has_pending_finish_) return;
+    if (!ok) write_failed_ = true;  // the stream broke; its read ends too
+    finishing = has_pending_finish_;
     has_pending_finish_ = false;
     finish = pending_finish_;
   }
-  Close(finish);
+  if (finishing) {
+    Close(finish);
+  } else {
+    StartNextWrite();
+  }
 }
 
 void SessionReactor::Close(const absl::Status& status) {

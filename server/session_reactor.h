@@ -1,10 +1,14 @@
 // SessionReactor: the server side of one member's Session stream. The first
-// message joins a group; later ones are heartbeats. The stream lives as long
-// as the membership: when it ends, the group learns the member is gone.
+// message joins a group; later ones are heartbeats, each answered with a
+// heartbeat event, so that the member can tell a live server from a silent
+// one. The stream lives as long as the membership: when it ends, the group
+// learns the member is gone.
 //
 // Threading: gRPC runs the reactions on its callback threads. The group calls
 // SendJoined and Close from any thread, never under its lock. mu_ guards the
-// write and finish state; at most one write is in flight.
+// write and finish state; at most one write is in flight, and the events
+// waiting for it are queued (the Joined) or coalesced (heartbeat answers).
+// Nothing is written once Finish is called.
 #ifndef FEDGATHER_SERVER_SESSION_REACTOR_H_
 #define FEDGATHER_SERVER_SESSION_REACTOR_H_
 
@@ -13,6 +17,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -70,6 +75,13 @@ class SessionReactor
   void OnCancel() override;
   void OnDone() override;
 
+  // StartNextWrite starts the next queued event's write, unless a write is
+  // in flight (its OnWriteDone calls it again) or the stream is finishing.
+  void StartNextWrite();
+  // NextEventLocked moves the next queued event into event_; false when
+  // none is queued.
+  bool NextEventLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // Lost reports, once, that the member is gone (`why`), then finishes the
   // stream with `finish`, or CANCELLED when that is OK.
   // `left`: the member said Leave, so no resume is waited for.
@@ -89,8 +101,13 @@ class SessionReactor
   GroupState* group_ = nullptr;  // set by the join; read under mu_ elsewhere
 
   absl::Mutex mu_;
-  v1::SessionEvent event_ ABSL_GUARDED_BY(mu_);
+  v1::SessionEvent event_ ABSL_GUARDED_BY(mu_);  // the write in flight
   bool write_in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool write_failed_ ABSL_GUARDED_BY(mu_) = false;  // no more writes then
+  // Queued events: the Joined goes first; heartbeats that arrive while a
+  // write is in flight are answered by one heartbeat event after it.
+  std::optional<v1::Joined> joined_ ABSL_GUARDED_BY(mu_);
+  bool heartbeat_owed_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;
   // The first message arrived; a session expired before that is lost_.

@@ -13,6 +13,7 @@
 #include "client/work.h"
 #include "common/tensor_spec.h"
 #include "python/src/error.h"
+#include "python/src/gil.h"
 
 namespace fedgather::python {
 namespace {
@@ -112,7 +113,9 @@ ProcessGroupFedgather::~ProcessGroupFedgather() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  completion_thread_.join();
+  // The completion thread takes the GIL to destroy a pending collective's
+  // tensors whose PyObjects they own, and to run Python Future callbacks.
+  WithoutGil([this] { completion_thread_.join(); });
 }
 
 std::string ProcessGroupFedgather::Context(const char* op) const {

@@ -17,7 +17,9 @@
 // process group waits for the Works in order, copies results where the
 // outputs are not written in place, and completes the c10d Work and its
 // Future (whose callbacks run on that thread, as with gloo). The
-// destructor waits for collectives still in flight.
+// destructor waits for collectives still in flight, without the GIL: that
+// thread takes it to run Python callbacks and to free tensors whose
+// PyObjects they own (docs/threading.md).
 #ifndef FEDGATHER_PYTHON_SRC_PROCESS_GROUP_H_
 #define FEDGATHER_PYTHON_SRC_PROCESS_GROUP_H_
 

@@ -1,11 +1,10 @@
 #include "python/src/session.h"
 
-#include <pybind11/pybind11.h>
-
 #include <utility>
 
 #include "common/status_macros.h"
 #include "common/tls_credentials.h"
+#include "python/src/gil.h"
 
 namespace fedgather::python {
 
@@ -32,17 +31,11 @@ Session::Session(std::string server, std::unique_ptr<Client> client,
 
 Session::~Session() {
   // Leaving joins the group's collective thread, whose last task may need
-  // the GIL to free a tensor Python owns: never hold the GIL while waiting.
-  const auto leave = [this] {
+  // the GIL to free a tensor Python owns.
+  WithoutGil([this] {
     group_.reset();  // leaves the group while the channel is still there
     client_.reset();
-  };
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    pybind11::gil_scoped_release release;
-    leave();
-  } else {
-    leave();
-  }
+  });
 }
 
 }  // namespace fedgather::python

@@ -8,7 +8,11 @@
 // server sent again (the stream_resumed event). Nothing reaches the output
 // twice: each rank receives exactly the others' bytes. JoinConnectTest: a
 // join whose connection closes before the server answers tries again.
+// HeartbeatTest: the server answers heartbeats, and a member whose server
+// goes silent on an open connection fails its collectives within the
+// heartbeat timeout.
 #include <gmock/gmock.h>
+#include <grpcpp/create_channel.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -20,6 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/client.h"
+#include "common/tls_credentials.h"
+#include "fedgather/v1/fedgather.grpc.pb.h"
 #include "tests/e2e/tcp_proxy.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -337,6 +343,96 @@ TEST(ResumeTest, WithoutResumeABrokenStreamFailsTheRoundOnEveryRank) {
   EXPECT_THAT(std::string(status[1].message()),
               HasSubstr("rank 0 (spiffe://fedgather/site-1)"));
   members.ExpectNextRoundWorks();
+}
+
+// A server that hangs with its connections open (the proxy stops every
+// byte, as SIGSTOP or a black-holed network would) fails the collective in
+// flight, the one queued behind it and every later one with UNAVAILABLE
+// naming the server, within the heartbeat timeout rather than the round
+// deadline (5 minutes) or the client's timeout (an hour).
+TEST(HeartbeatTest, ASilentServerFailsCollectivesWithinTheHeartbeatTimeout) {
+  ClusterOptions options(2);
+  options.limits.heartbeat_interval = absl::Milliseconds(200);
+  options.limits.heartbeat_timeout = absl::Seconds(2);
+  TestCluster cluster(options);
+  TcpProxy proxy(cluster.server().port());
+  ProxiedMembers members(cluster, proxy, 2);
+  // Idle for longer than the timeout (the time passing is what is tested):
+  // the heartbeat answers keep a live server alive in rank 0's eyes.
+  absl::SleepFor(absl::Seconds(3));
+  std::vector<absl::Status> before(2);
+  RunRanks(2, [&](int r) { before[r] = GatherRanks(*members.groups[r]); });
+  ASSERT_TRUE(before[0].ok()) << before[0];
+  ASSERT_TRUE(before[1].ok()) << before[1];
+  Group& group = *members.groups[0];
+  int32_t mine = 1;
+  std::vector<int32_t> out(2);
+  const ConstHostTensor in{{"r", DType::kI32, {1}}, &mine};
+  const MutableHostTensor gathered{{"r", DType::kI32, {2, 1}}, out.data()};
+  proxy.Stall();
+  const absl::Time start = absl::Now();
+  Work<> running = group.AllGatherIntoAsync({&in, 1}, {&gathered, 1});
+  Work<> queued = group.AllGatherIntoAsync({&in, 1}, {&gathered, 1});
+  const absl::Status status = running.Wait(absl::Minutes(2));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("group 'demo': the server ",
+                                     proxy.address(), " sent nothing for")));
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr("(heartbeat timeout 2s); it may be down or "
+                        "unreachable"));
+  // The timeout, one check period and slack for a loaded machine.
+  EXPECT_LT(took, absl::Seconds(10));
+  std::cout << "[ figures  ] a silent server failed the collective after "
+            << absl::FormatDuration(took) << " (heartbeat timeout 2s)\n";
+  EXPECT_EQ(queued.Wait(absl::Seconds(30)), status);
+  EXPECT_EQ(GatherRanks(group), status);
+}
+
+// A raw Session stream: heartbeats sent while the group forms are answered,
+// the Joined still arrives after those answers, and each later heartbeat is
+// answered with a heartbeat event.
+TEST(HeartbeatTest, TheServerAnswersHeartbeats) {
+  TestCluster cluster(ClusterOptions(2));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto stub = v1::Rendezvous::NewStub(grpc::CreateCustomChannel(
+      cluster.address(),
+      MakeChannelCredentials(cluster.TlsFor(TestCluster::Site(0))), args));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(30));
+  auto stream = stub->Session(&context);
+  v1::SessionRequest join;
+  join.mutable_join()->set_group("demo");
+  join.mutable_join()->set_world_size(2);
+  ASSERT_TRUE(stream->Write(join));
+  v1::SessionRequest heartbeat;
+  heartbeat.mutable_heartbeat();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(stream->Write(heartbeat));
+  v1::SessionEvent event;
+  ASSERT_TRUE(stream->Read(&event));
+  EXPECT_EQ(event.kind_case(), v1::SessionEvent::kHeartbeat);
+  // Rank 1 joins: the group forms, and rank 0's Joined is queued behind
+  // whatever heartbeat answers are still being written.
+  std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(1));
+  std::unique_ptr<Group> rank1 = MustJoin(cluster, *client, 1);
+  int answers = 1;
+  while (stream->Read(&event) &&
+         event.kind_case() == v1::SessionEvent::kHeartbeat) {
+    ++answers;
+  }
+  ASSERT_EQ(event.kind_case(), v1::SessionEvent::kJoined);
+  EXPECT_EQ(event.joined().rank(), 0u);
+  EXPECT_LE(answers, 5);  // answers that queue up are coalesced
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(stream->Write(heartbeat));
+    ASSERT_TRUE(stream->Read(&event)) << "heartbeat " << i;
+    EXPECT_EQ(event.kind_case(), v1::SessionEvent::kHeartbeat);
+  }
+  context.TryCancel();
+  stream->Finish();
 }
 
 }  // namespace

@@ -81,10 +81,17 @@ void TcpProxy::Pump(Link link) {
   pollfd fds[2] = {{link.client, POLLIN, 0}, {link.server, POLLIN, 0}};
   char buffer[64 << 10];
   for (;;) {
+    // Stalled, only a hang-up or an error is polled for (they close).
+    const bool stalled = stalled_.load();
+    fds[0].events = fds[1].events = stalled ? 0 : POLLIN;
     if (poll(fds, 2, 100) < 0) break;
     bool closed = false;
     for (int side = 0; side < 2 && !closed; ++side) {
       if ((fds[side].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      if (stalled) {
+        closed = true;
+        break;
+      }
       const ssize_t n = read(fds[side].fd, buffer, sizeof buffer);
       if (n <= 0) {
         closed = true;

@@ -4,7 +4,8 @@
 // network failure would), and CutAfterUpstreamBytes arms a cut for when that
 // many more client-to-server bytes have passed. New connections are
 // accepted as before, so clients can reconnect; RefuseConnections closes the
-// next N at once instead, as a server that is not up yet would.
+// next N at once instead, as a server that is not up yet would. Stall stops
+// every byte while keeping the connections open, as a hung server would.
 #ifndef FEDGATHER_TESTS_E2E_TCP_PROXY_H_
 #define FEDGATHER_TESTS_E2E_TCP_PROXY_H_
 
@@ -34,6 +35,12 @@ class TcpProxy {
   // carry a byte; refused() counts those closed so far.
   void RefuseConnections(int n) { refuse_next_ = n; }
   int refused() const { return refused_.load(); }
+  // Stall stops forwarding, both ways, on every connection (those carried
+  // now and new ones) and keeps them open: the server looks hung, as a
+  // stopped process or a network that drops everything makes it. A side
+  // that closes is still closed through. Unstall forwards again.
+  void Stall() { stalled_ = true; }
+  void Unstall() { stalled_ = false; }
 
  private:
   struct Link {
@@ -51,6 +58,7 @@ class TcpProxy {
   std::atomic<int> cuts_{0};
   std::atomic<int> refuse_next_{0};
   std::atomic<int> refused_{0};
+  std::atomic<bool> stalled_{false};
   std::thread acceptor_;
   absl::Mutex mu_;
   std::vector<Link> links_ ABSL_GUARDED_BY(mu_);

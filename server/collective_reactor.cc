@@ -195,6 +195,11 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
             !complete.ok()) {
           return complete;
         }
+        if (frame.end().rank() != static_cast<uint32_t>(rank_)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("the end names rank ", frame.end().rank(),
+                           " but the stream is rank ", rank_));
+        }
         Sha256Digest claimed;
         const Sha256Digest actual = hasher_.Finish();
         if (!DigestFromBytes(frame.end().sha256(), &claimed)) {
@@ -230,28 +235,31 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   absl::StatusOr<GroupState*> group =
       registry_->Find(header.group(), caller_.identity);
   if (!group.ok()) return group.status();
-  absl::StatusOr<Fingerprint> fingerprint = FingerprintFromProto(
-      header.tensors(),
-      absl::StrCat("group '", header.group(), "' seq ", header.seq(), " rank ",
-                   header.rank(), " header"));
-  if (!fingerprint.ok()) return fingerprint.status();
-  if (header.op() != v1::ALL_GATHER && header.op() != v1::ALL_GATHER_V &&
-      header.op() != v1::ALL_GATHER_BYTES && header.op() != v1::BROADCAST &&
-      header.op() != v1::ALL_REDUCE) {
-    return absl::UnimplementedError(absl::StrCat(
-        "op ", OpName(header.op()), " is not supported by this server"));
-  }
   absl::StatusOr<std::shared_ptr<Round>> found =
       (*group)->FindRound(caller_.identity, header, clock_(), callbacks);
   if (!found.ok()) return found.status();
-  // A fingerprint the op cannot take fails the round on every rank.
-  if (absl::Status fits = CheckFingerprintForOp(
-          header.op(), *fingerprint,
-          absl::StrCat((*found)->Describe(), ": rank ", header.rank(), " (",
-                       caller_.identity, ")"));
-      !fits.ok()) {
-    (*found)->Fail(fits, callbacks);
-    return fits;
+  // The header is this rank's (FindRound checked the identity, epoch and
+  // seq): one it cannot stand behind fails the round on every rank, so the
+  // others hear of it at once and the seq is spent as for any header.
+  const std::string rank_name =
+      absl::StrCat((*found)->Describe(), ": rank ", header.rank(), " (",
+                   caller_.identity, ")");
+  absl::StatusOr<Fingerprint> fingerprint =
+      FingerprintFromProto(header.tensors(), absl::StrCat(rank_name, " header"));
+  absl::Status valid = fingerprint.status();
+  if (valid.ok() && header.op() != v1::ALL_GATHER &&
+      header.op() != v1::ALL_GATHER_V && header.op() != v1::ALL_GATHER_BYTES &&
+      header.op() != v1::BROADCAST && header.op() != v1::ALL_REDUCE) {
+    valid = absl::UnimplementedError(absl::StrCat(
+        rank_name, ": op ", OpName(header.op()),
+        " is not supported by this server"));
+  }
+  if (valid.ok()) {
+    valid = CheckFingerprintForOp(header.op(), *fingerprint, rank_name);
+  }
+  if (!valid.ok()) {
+    (*found)->Fail(valid, callbacks);
+    return valid;
   }
   // What this rank uploads: a BROADCAST's non-root ranks send no bytes.
   Fingerprint sent = *fingerprint;

@@ -107,10 +107,15 @@ TEST(FaultTest, ParticipantKilledMidUploadFailsTheOthersNamingIt) {
 }
 
 TEST(FaultTest, ParticipantKilledMidDownloadLosesNothingForTheOthers) {
-  FaultCluster c(3);
-  Participant& a = c.Join(0, 48 * kMiB, 11);
+  // The stopped victim sends no heartbeats, and the server would lose it,
+  // failing the round, if the others were still uploading at the heartbeat
+  // timeout. This case is about a rank lost once every contribution is in,
+  // so the timeout here is far above the others' upload time (about 3 s
+  // under ASan on a loaded machine; 3 s was too short for it in CI).
+  FaultCluster c(3, {"--heartbeat-timeout", "30"});
+  Participant& a = c.Join(0, 16 * kMiB, 11);
   Participant& victim = c.Join(1, 4096, 12);
-  Participant& b = c.Join(2, 48 * kMiB, 13);
+  Participant& b = c.Join(2, 16 * kMiB, 13);
   // Once its contribution is in, the victim only downloads: stop it there
   // (its download stalls), then kill it.
   ASSERT_TRUE(

@@ -30,11 +30,16 @@ pid_t SpawnProcess(std::vector<std::string> argv,
     if (path->empty()) continue;
     posix_spawn_file_actions_addopen(&actions, fd, path->c_str(), flags, 0644);
   }
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
   pid_t pid = 0;
-  EXPECT_EQ(posix_spawn(&pid, pointers[0], &actions, nullptr, pointers.data(),
-                        environ),
+  EXPECT_EQ(posix_spawn(&pid, pointers[0], &actions, &attributes,
+                        pointers.data(), environ),
             0)
       << argv[0];
+  posix_spawnattr_destroy(&attributes);
   posix_spawn_file_actions_destroy(&actions);
   return pid;
 }

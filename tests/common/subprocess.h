@@ -14,7 +14,10 @@ namespace fedgather::testing {
 
 // SpawnProcess starts argv[0] with `argv`; returns its pid (0, and a test
 // failure, when it cannot start). Non-empty paths receive its stdout and
-// stderr: truncated, or appended to with `append`.
+// stderr: truncated, or appended to with `append`. The child leads a process
+// group of its own: a test that stops it (SIGSTOP) must not see the kernel
+// hang it up, as it does to the stopped members of a group that is orphaned
+// (the test's own group is, when the shell that started ctest has exited).
 pid_t SpawnProcess(std::vector<std::string> argv,
                    const std::string& stdout_path = "",
                    const std::string& stderr_path = "", bool append = false);

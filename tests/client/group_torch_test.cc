@@ -293,13 +293,17 @@ TEST(GroupAsyncTest, WaitTimesOutWithoutCancellingTheCollective) {
 
 TEST(GroupAsyncTest, LeavingRefusesTheCollectivesStillQueued) {
   TestCluster cluster(ClusterOptions(2));
-  absl::Notification rank0_left;
+  absl::Notification rank1_joined, rank0_left;
   RunRanks(2, [&](int i) {
     std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(i));
     auto group = client->Join({"demo", 2, i, absl::Seconds(30)});
     ASSERT_TRUE(group.ok()) << group.status();
     if (i == 1) {
       // Rank 1 never contributes; it sees the epoch end when rank 0 leaves.
+      // Rank 0 leaves only once rank 1 holds its Joined: a leave before that
+      // fails rank 1's join instead (UNAVAILABLE naming rank 0), which is
+      // not what this case is about.
+      rank1_joined.Notify();
       ASSERT_TRUE(rank0_left.WaitForNotificationWithTimeout(absl::Seconds(30)));
       auto after = (*group)->AllGather(at::ones({1}));
       EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable)
@@ -308,6 +312,7 @@ TEST(GroupAsyncTest, LeavingRefusesTheCollectivesStillQueued) {
     }
     Work<at::Tensor> running = (*group)->AllGatherAsync(at::ones({1}));
     Work<at::Tensor> queued = (*group)->AllGatherAsync(at::ones({1}));
+    ASSERT_TRUE(rank1_joined.WaitForNotificationWithTimeout(absl::Seconds(30)));
     group->reset();  // leaves the group
     rank0_left.Notify();
     EXPECT_FALSE(running.Wait().ok());

@@ -33,9 +33,11 @@ MAX_TENSORS = 16
 MAX_CONTRIBUTION_BYTES = 64 << 20
 # A group family: world size, how many of SITES are its participants, and
 # extra policy lines. "spare" groups have a participant the epoch lacks;
-# "late" ones a round deadline short enough to wait for.
+# "late" ones a round deadline short enough to wait for; "quorum" ones run
+# quorum rounds with it.
 FAMILIES = {"w2": (2, 2, []), "w3": (3, 3, []), "w4": (4, 4, []),
-            "spare": (2, 3, []), "late": (2, 2, ["    round_deadline: 2s"])}
+            "spare": (2, 3, []), "late": (2, 2, ["    round_deadline: 2s"]),
+            "quorum": (3, 3, ["    min_quorum: 2", "    round_deadline: 2s"])}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # The server's flags besides its address, certificates and policy. The

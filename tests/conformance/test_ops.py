@@ -5,10 +5,12 @@ commit's digests (docs/protocol.md, "Collective" and "Ops")."""
 
 import unittest
 
+import grpc
+
 import wire
 from contribution import mixed, reducible, tensor
 from fedgather.v1 import fedgather_pb2 as pb
-from rounds import ConformanceTest, Plan, run_round
+from rounds import ConformanceTest, Plan, run_round, start_rank
 
 # Chunk sizes by rank; None is the server's max_chunk_bytes. TINY_CUTS are
 # for small contributions only (each chunk is a frame).
@@ -115,6 +117,29 @@ class OpsTest(ConformanceTest):
                 self.assertOk(r, f"seq {seq} rank {rank}")
                 self.assertEqual(r.commit.seq, seq)
 
+
+    def test_quorum_round_commits_its_contributors(self):
+        members = self.join(3, family="quorum")
+        plans = [Plan(mixed(rank), cut)
+                 for rank, cut in enumerate(cuts(members))]
+        started = [start_rank(members, rank, 0, pb.ALL_GATHER, plans[rank])
+                   for rank in (0, 1)]
+        received = [wire.receive_all(stream) for stream, _ in started]
+        for rank, r in enumerate(received):
+            self.assertOk(r, f"rank {rank}")
+            self.assertForwarded(r, rank, {1 - rank: started[1 - rank][1]})
+            self.assertCommit(members, 0, r.commit,
+                              {q: plans[q].payload for q in (0, 1)})
+        # Rank 2 comes too late for seq 0, spends it, and goes on at seq 1.
+        late, _ = start_rank(members, 2, 0, pb.ALL_GATHER, plans[2])
+        ending = wire.receive_all(late).ending
+        self.assertEqual(ending.code, grpc.StatusCode.FAILED_PRECONDITION,
+                         ending.details)
+        self.assertIn(members.identities[2], ending.details)
+        self.assertIn("its next collective is seq 1", ending.details)
+        for rank, r in enumerate(run_round(members, 1, pb.ALL_GATHER,
+                                           plans)[0]):
+            self.assertOk(r, f"seq 1 rank {rank}")
 
 if __name__ == "__main__":
     unittest.main()

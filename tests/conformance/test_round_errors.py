@@ -269,6 +269,29 @@ class RoundErrorsTest(ConformanceTest):
                      lambda rank: [tensor("b", pb.BOOL, [9], rank)],
                      named_rank=0)
 
+    def test_all_gather_v_of_a_scalar(self):
+        self.op_rule(pb.ALL_GATHER_V, [{}, {}],
+                     lambda rank: [tensor("s", pb.F32, [], rank)],
+                     named_rank=0)
+
+    def test_all_gather_bytes_names_differ(self):
+        self.op_rule(pb.ALL_GATHER_BYTES, [{}, {}], lambda rank: [
+            tensor(f"blob{rank}", pb.U8, [10], rank)])
+
+    def test_broadcast_chunk_from_a_rank_that_is_not_the_root(self):
+        def frames(members, plan):
+            return [self.header(members, 1, op=pb.BROADCAST, root=0),
+                    wire.chunk_frame(1, 0, 0, plan.tensors[0].data[:8])]
+        members = self.join(2)
+        root, _ = start_rank(members, 0, 0, pb.BROADCAST,
+                             Plan(mixed(1), 4096, header={"root": 0}))
+        bad = wire.Collective(members.channels[1])
+        for frame in frames(members, Plan(mixed(1), 4096)):
+            bad.send_frame(frame)
+        bad.half_close()
+        received = [wire.receive_all(root), wire.receive_all(bad)]
+        self.assertRoundFails(received, members, INVALID, rank=1)
+
     # ---- limits: RESOURCE_EXHAUSTED on every rank ----
 
     def over_limit(self, tensors_of_rank, limit):

@@ -31,13 +31,17 @@ GROUPS_PER_FAMILY = 40
 # Per-identity limits the policy sets (RESOURCE_EXHAUSTED tests).
 MAX_TENSORS = 16
 MAX_CONTRIBUTION_BYTES = 64 << 20
-# A group family: world size, how many of SITES are its participants, and
-# extra policy lines. "spare" groups have a participant the epoch lacks;
-# "late" ones a round deadline short enough to wait for; "quorum" ones run
-# quorum rounds with it.
-FAMILIES = {"w2": (2, 2, []), "w3": (3, 3, []), "w4": (4, 4, []),
-            "spare": (2, 3, []), "late": (2, 2, ["    round_deadline: 2s"]),
-            "quorum": (3, 3, ["    min_quorum: 2", "    round_deadline: 2s"])}
+# Holds at most one stream at a time (RESOURCE_EXHAUSTED tests).
+LIMITED = "limited"
+# A group family: world size, its participants, and extra policy lines.
+# "spare" groups have a participant the epoch lacks; "late" ones a round
+# deadline short enough to wait for; "quorum" ones run quorum rounds.
+FAMILIES = {"w2": (2, SITES[:2], []), "w3": (3, SITES[:3], []),
+            "w4": (4, SITES, []), "spare": (2, SITES[:3], []),
+            "late": (2, SITES[:2], ["    round_deadline: 2s"]),
+            "quorum": (3, SITES[:3],
+                       ["    min_quorum: 2", "    round_deadline: 2s"]),
+            "limited": (2, [SITES[0], LIMITED], [])}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # The server's flags besides its address, certificates and policy. The
@@ -68,6 +72,9 @@ def _policy() -> str:
              "  max_concurrent_streams: 64",
              f"  max_contribution_bytes: {MAX_CONTRIBUTION_BYTES}",
              f"  max_tensors_per_contribution: {MAX_TENSORS}",
+             "identity_limits:",
+             f"  {identity(LIMITED)}:",
+             "    max_concurrent_streams: 1",
              "groups:"]
     for family, (world_size, participants, extra) in FAMILIES.items():
         for index in range(GROUPS_PER_FAMILY):
@@ -75,7 +82,7 @@ def _policy() -> str:
                       f"    world_size: {world_size}"] + extra + [
                       "    members:"]
             lines += [f"      {identity(site)}: participant"
-                      for site in SITES[:participants]]
+                      for site in participants]
             lines.append(f"      {identity(ADMIN)}: admin")
     return "\n".join(lines) + "\n"
 
@@ -111,7 +118,7 @@ class Server:
         self.port = 0
         self._next_group: Dict[str, itertools.count] = {
             family: itertools.count() for family in FAMILIES}
-        provision(self.dir, SITES + [STRANGER], admins=[ADMIN])
+        provision(self.dir, SITES + [STRANGER, LIMITED], admins=[ADMIN])
         with open(os.path.join(self.dir, "conformance-policy.yaml"), "w") as f:
             f.write(_policy())
 

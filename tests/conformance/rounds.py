@@ -75,7 +75,12 @@ class ConformanceTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.server = cluster.Server(cls.server_flags)
-        cls.server.start()
+        try:
+            cls.server.start()
+        except Exception:  # tearDownClass does not run: clean up here
+            cls.server.stop()
+            cls.server.remove()
+            raise
 
     @classmethod
     def tearDownClass(cls):

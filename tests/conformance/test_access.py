@@ -73,5 +73,24 @@ class AccessTest(ConformanceTest):
         self.assertIn(members.group, stream.ending.details)
 
 
+    def test_more_streams_than_the_limit(self):
+        channel = self.server.channel(cluster.LIMITED)
+        self.addCleanup(channel.close)
+        waiting = wire.Session(channel, pb.JoinRequest(
+            group=self.server.new_group("limited"), world_size=2),
+            heartbeats=False)
+        self.addCleanup(waiting.close)
+        waiting.heartbeat()  # answered: the server holds the stream
+        self.assertTrue(waiting.next_event().HasField("heartbeat"))
+        second = wire.Collective(channel)
+        second.half_close()
+        second.drain()
+        self.assertEqual(second.ending.code,
+                         grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         second.ending.details)
+        for named in (cluster.identity(cluster.LIMITED),
+                      "max_concurrent_streams", "1"):
+            self.assertIn(named, second.ending.details)
+
 if __name__ == "__main__":
     unittest.main()

@@ -62,12 +62,13 @@ class CollectiveOrderTest(ConformanceTest):
         self.assertEqual(received[1].ending.code, grpc.StatusCode.CANCELLED,
                          received[1].ending.details)
         self.assertIsNone(received[1].commit)
-        ending = received[0].ending
-        self.assertEqual(ending.code, grpc.StatusCode.UNAVAILABLE,
-                         ending.details)
-        self.assertIn(members.group, ending.details)
-        self.assertRegex(ending.details, r"rank\D{0,3}1\b")
-        self.assertIn(members.identities[1], ending.details)
+        self.assertEqual(received[0].ending.code, grpc.StatusCode.UNAVAILABLE,
+                         received[0].ending.details)
+        for r in received:
+            self.assertIn(members.group, r.ending.details)
+            self.assertRegex(r.ending.details, r"seq\D{0,3}0\b")
+            self.assertRegex(r.ending.details, r"rank\D{0,3}1\b")
+            self.assertIn(members.identities[1], r.ending.details)
 
     def resume(self, channel, header):
         """Resume opens streams with the resume header until the server

@@ -31,8 +31,10 @@ GROUPS_PER_FAMILY = 40
 # Per-identity limits the policy sets (RESOURCE_EXHAUSTED tests).
 MAX_TENSORS = 16
 MAX_CONTRIBUTION_BYTES = 64 << 20
-# Holds at most one stream at a time (RESOURCE_EXHAUSTED tests).
+# Holds at most one stream at a time, and SOLO one group at a time
+# (RESOURCE_EXHAUSTED tests).
 LIMITED = "limited"
+SOLO = "solo"
 # A group family: world size, its participants, and extra policy lines.
 # "spare" groups have a participant the epoch lacks; "late" ones a round
 # deadline short enough to wait for; "quorum" ones run quorum rounds.
@@ -41,7 +43,8 @@ FAMILIES = {"w2": (2, SITES[:2], []), "w3": (3, SITES[:3], []),
             "late": (2, SITES[:2], ["    round_deadline: 2s"]),
             "quorum": (3, SITES[:3],
                        ["    min_quorum: 2", "    round_deadline: 2s"]),
-            "limited": (2, [SITES[0], LIMITED], [])}
+            "limited": (2, [SITES[0], LIMITED], []),
+            "solo": (2, [SITES[0], SOLO], [])}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # The server's flags besides its address, certificates and policy. The
@@ -75,6 +78,8 @@ def _policy() -> str:
              "identity_limits:",
              f"  {identity(LIMITED)}:",
              "    max_concurrent_streams: 1",
+             f"  {identity(SOLO)}:",
+             "    max_groups: 1",
              "groups:"]
     for family, (world_size, participants, extra) in FAMILIES.items():
         for index in range(GROUPS_PER_FAMILY):
@@ -107,18 +112,20 @@ def _read(path: str) -> bytes:
 class Server:
     """A provisioned federation and its running server (a context manager).
 
-    `flags` override DEFAULT_FLAGS. Start it with start(); stop() sends
-    SIGTERM and returns the exit code.
+    `flags` override DEFAULT_FLAGS (and may be changed before start()).
+    Start it with start(); stop() sends SIGTERM and returns the exit
+    code.
     """
 
     def __init__(self, flags: Optional[Dict[str, str]] = None):
         self.dir = tempfile.mkdtemp(prefix="fedgather-conformance-")
-        self._flags = dict(DEFAULT_FLAGS, **(flags or {}))
+        self.flags = dict(DEFAULT_FLAGS, **(flags or {}))
         self._process: Optional[subprocess.Popen] = None
         self.port = 0
         self._next_group: Dict[str, itertools.count] = {
             family: itertools.count() for family in FAMILIES}
-        provision(self.dir, SITES + [STRANGER, LIMITED], admins=[ADMIN])
+        provision(self.dir, SITES + [STRANGER, LIMITED, SOLO],
+                  admins=[ADMIN])
         with open(os.path.join(self.dir, "conformance-policy.yaml"), "w") as f:
             f.write(_policy())
 
@@ -132,7 +139,7 @@ class Server:
              "--key", os.path.join(self.dir, "server", "key.pem"),
              "--client-ca", os.path.join(self.dir, "ca.pem"),
              "--policy", os.path.join(self.dir, "conformance-policy.yaml")] +
-            [part for flag in self._flags.items() for part in flag],
+            [part for flag in self.flags.items() for part in flag],
             stdout=log, stderr=log)
         log.close()
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -160,6 +167,16 @@ class Server:
             code = self._process.wait(timeout=STOP_TIMEOUT_S)
         self._process = None
         return code
+
+    def revoke(self, name: str) -> str:
+        """Revoke puts name's certificate on a CRL with `fedgather revoke`
+        and returns the CRL's path (for --crl)."""
+        crl = os.path.join(self.dir, "crl.pem")
+        subprocess.run(
+            [_binary("FEDGATHER_CLI"), "revoke", "--ca-dir", self.dir,
+             "--crl", crl, os.path.join(self.dir, name, "cert.pem")],
+            check=True, capture_output=True, timeout=60)
+        return crl
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -76,11 +76,16 @@ class ConformanceTest(unittest.TestCase):
     def setUpClass(cls):
         cls.server = cluster.Server(cls.server_flags)
         try:
+            cls.prepare(cls.server)
             cls.server.start()
         except Exception:  # tearDownClass does not run: clean up here
             cls.server.stop()
             cls.server.remove()
             raise
+
+    @classmethod
+    def prepare(cls, server: "cluster.Server") -> None:
+        """Prepare runs before the server starts (certificates, flags)."""
 
     @classmethod
     def tearDownClass(cls):

@@ -92,5 +92,46 @@ class AccessTest(ConformanceTest):
                       "max_concurrent_streams", "1"):
             self.assertIn(named, second.ending.details)
 
+    def test_more_groups_than_the_limit(self):
+        channel = self.server.channel(cluster.SOLO)
+        self.addCleanup(channel.close)
+        first = wire.Session(channel, pb.JoinRequest(
+            group=self.server.new_group("solo"), world_size=2),
+            heartbeats=False)
+        self.addCleanup(first.close)
+        first.heartbeat()  # answered: the server holds the join
+        self.assertTrue(first.next_event().HasField("heartbeat"))
+        second = wire.Session(channel, pb.JoinRequest(
+            group=self.server.new_group("solo"), world_size=2))
+        self.addCleanup(second.close)
+        second.drain()
+        self.assertEqual(second.ending.code,
+                         grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         second.ending.details)
+        for named in (cluster.identity(cluster.SOLO), "max_groups"):
+            self.assertIn(named, second.ending.details)
+
+
+class RevokedTest(ConformanceTest):
+    """A certificate on the server's CRL passes the handshake (the CRL is
+    checked per call) and every call is refused UNAUTHENTICATED."""
+
+    @classmethod
+    def prepare(cls, server):
+        server.flags["--crl"] = server.revoke(cluster.STRANGER)
+
+    def test_a_revoked_certificate_is_refused_per_call(self):
+        channel = self.server.channel(cluster.STRANGER)
+        self.addCleanup(channel.close)
+        session = wire.Session(channel, pb.JoinRequest(
+            group=self.server.new_group("w2"), world_size=2))
+        session.drain()
+        self.assertEqual(session.ending.code,
+                         grpc.StatusCode.UNAUTHENTICATED,
+                         session.ending.details)
+        for named in ("revoked", cluster.identity(cluster.STRANGER),
+                      "serial"):
+            self.assertIn(named, session.ending.details)
+
 if __name__ == "__main__":
     unittest.main()

@@ -28,12 +28,14 @@ class RoundErrorsTest(ConformanceTest):
             self.assertRegex(details, rf"rank\D{{0,3}}{rank}\b")
 
     def fail_round(self, world_size, bad_rank, bad_frames, op=pb.ALL_GATHER,
-                   seq=0, members=None):
-        """Rank bad_rank sends a header and then bad_frames (frames or raw
-        bytes); the others contribute properly. Returns every rank's
-        Received."""
+                   seq=0, members=None, tensors_of_rank=mixed):
+        """Rank bad_rank sends bad_frames (frames or raw bytes; a header
+        first) and leaves its stream open for the server to end (a
+        half-close before the end would detach it); the others contribute
+        properly. Returns every rank's Received."""
         members = members or self.join(world_size)
-        plans = [Plan(mixed(rank), 1000) for rank in range(world_size)]
+        plans = [Plan(tensors_of_rank(rank), 1000)
+                 for rank in range(world_size)]
         streams = []
         for rank in range(world_size):
             if rank == bad_rank:
@@ -41,7 +43,6 @@ class RoundErrorsTest(ConformanceTest):
                 for frame in bad_frames(members, plans[rank]):
                     stream.send(frame if isinstance(frame, bytes)
                                 else frame.SerializeToString())
-                stream.half_close()
             else:
                 stream, _ = start_rank(members, rank, seq, op, plans[rank])
             streams.append(stream)
@@ -55,8 +56,11 @@ class RoundErrorsTest(ConformanceTest):
             **fields)
 
     def assertRoundFails(self, received, members, code, rank, seq=0):
+        """Every rank got the same `code`, naming the group, seq and `rank`
+        (an int, or a tuple of ranks that must all be named)."""
         self.assertFailedAlike(received, code)
-        self.names(received[0].ending.details, members, seq, rank)
+        for named in (rank if isinstance(rank, tuple) else (rank,)):
+            self.names(received[0].ending.details, members, seq, named)
 
     # ---- "a round fails with" INVALID_ARGUMENT ----
 
@@ -66,7 +70,8 @@ class RoundErrorsTest(ConformanceTest):
             other[1] = tensor("half", pb.BF16, [777], 1)
             return [self.header(members, 1, tensors=other)]
         members, received = self.fail_round(2, 1, frames)
-        self.assertRoundFails(received, members, INVALID, rank=1)
+        # Whichever header came second, the message names both ranks.
+        self.assertRoundFails(received, members, INVALID, rank=(0, 1))
         self.assertIn("half", received[0].ending.details)
 
     def test_malformed_frame(self):
@@ -116,7 +121,6 @@ class RoundErrorsTest(ConformanceTest):
         bad = wire.Collective(members.channels[1])
         for frame in frames(members, None):
             bad.send_frame(frame)
-        bad.half_close()
         received = [wire.receive_all(stream0), wire.receive_all(bad)]
         self.assertRoundFails(received, members, INVALID, rank=1)
 
@@ -199,8 +203,9 @@ class RoundErrorsTest(ConformanceTest):
     def test_header_whose_op_cannot_take_its_fingerprint(self):
         def frames(members, plan):  # ALL_GATHER_BYTES takes one U8 tensor
             return [self.header(members, 1, op=pb.ALL_GATHER_BYTES)]
-        members, received = self.fail_round(2, 1, frames,
-                                            op=pb.ALL_GATHER_BYTES)
+        members, received = self.fail_round(
+            2, 1, frames, op=pb.ALL_GATHER_BYTES,
+            tensors_of_rank=lambda rank: [tensor("blob", pb.U8, [10], rank)])
         self.assertRoundFails(received, members, INVALID, rank=1)
 
     def test_header_with_an_unspecified_dtype(self):
@@ -231,12 +236,13 @@ class RoundErrorsTest(ConformanceTest):
             return [self.header(members, 1, op=pb.ALL_GATHER_V)]
         members, received = self.fail_round(2, 1, frames)
         self.assertRoundFails(received, members,
-                              grpc.StatusCode.FAILED_PRECONDITION, rank=1)
+                              grpc.StatusCode.FAILED_PRECONDITION,
+                              rank=(0, 1))
 
     def op_rule(self, op, headers, tensors_of_rank, named_rank=1):
         """Each rank sends a header with its fields from headers[rank] and
         its contribution; the round must fail with INVALID_ARGUMENT naming
-        named_rank (the first that breaks the rule)."""
+        named_rank (an int or a tuple, as assertRoundFails takes)."""
         members = self.join(len(headers))
         plans = [Plan(tensors_of_rank(rank), 4096, header=fields)
                  for rank, fields in enumerate(headers)]
@@ -244,14 +250,15 @@ class RoundErrorsTest(ConformanceTest):
         self.assertRoundFails(received, members, INVALID, rank=named_rank)
 
     def test_broadcast_roots_differ(self):
-        self.op_rule(pb.BROADCAST, [{"root": 0}, {"root": 1}], mixed)
+        self.op_rule(pb.BROADCAST, [{"root": 0}, {"root": 1}], mixed,
+                     named_rank=(0, 1))
 
     def test_broadcast_root_out_of_range(self):
         self.op_rule(pb.BROADCAST, [{"root": 0}, {"root": 7}], mixed)
 
     def test_reduce_ops_differ(self):
         self.op_rule(pb.ALL_REDUCE, [{"reduce": pb.SUM}, {"reduce": pb.MAX}],
-                     lambda rank: reducible(rank, pb.SUM))
+                     lambda rank: reducible(rank, pb.SUM), named_rank=(0, 1))
 
     def test_weighted_mean_weight_not_positive(self):
         self.op_rule(pb.ALL_REDUCE,
@@ -261,22 +268,22 @@ class RoundErrorsTest(ConformanceTest):
 
     def test_mean_of_integers(self):
         self.op_rule(pb.ALL_REDUCE, [{"reduce": pb.MEAN}] * 2,
-                     lambda rank: [tensor("n", pb.I32, [9], rank)],
-                     named_rank=0)
+                     lambda rank: [tensor("n", [pb.F32, pb.I32][rank], [9],
+                                          rank)])
 
     def test_reduce_of_bool(self):
         self.op_rule(pb.ALL_REDUCE, [{"reduce": pb.MAX}] * 2,
-                     lambda rank: [tensor("b", pb.BOOL, [9], rank)],
-                     named_rank=0)
+                     lambda rank: [tensor("b", [pb.U8, pb.BOOL][rank], [9],
+                                          rank)])
 
     def test_all_gather_v_of_a_scalar(self):
         self.op_rule(pb.ALL_GATHER_V, [{}, {}],
-                     lambda rank: [tensor("s", pb.F32, [], rank)],
-                     named_rank=0)
+                     lambda rank: [tensor("s", pb.F32, [[2], []][rank],
+                                          rank)])
 
     def test_all_gather_bytes_names_differ(self):
         self.op_rule(pb.ALL_GATHER_BYTES, [{}, {}], lambda rank: [
-            tensor(f"blob{rank}", pb.U8, [10], rank)])
+            tensor(f"blob{rank}", pb.U8, [10], rank)], named_rank=(0, 1))
 
     def test_broadcast_chunk_from_a_rank_that_is_not_the_root(self):
         def frames(members, plan):
@@ -288,7 +295,6 @@ class RoundErrorsTest(ConformanceTest):
         bad = wire.Collective(members.channels[1])
         for frame in frames(members, Plan(mixed(1), 4096)):
             bad.send_frame(frame)
-        bad.half_close()
         received = [wire.receive_all(root), wire.receive_all(bad)]
         self.assertRoundFails(received, members, INVALID, rank=1)
 
@@ -507,11 +513,21 @@ class JoinErrorsTest(ConformanceTest):
             group=self.server.new_group("w2"), world_size=2,
             requested_rank=2), INVALID)
 
+    def waiting(self, name, join):
+        """A session of `name` that waits in its group: the server has
+        answered a heartbeat on it, so it holds the join."""
+        channel = self.server.channel(name)
+        self.addCleanup(channel.close)
+        session = wire.Session(channel, join, heartbeats=False)
+        self.addCleanup(session.close)
+        session.heartbeat()
+        self.assertTrue(session.next_event().HasField("heartbeat"))
+        return session
+
     def test_requested_rank_taken_by_a_waiting_member(self):
         group = self.server.new_group("w3")
-        waiting = wire.Session(self.server.channel("site-1"), pb.JoinRequest(
-            group=group, world_size=3, requested_rank=0))
-        self.addCleanup(waiting.close)
+        self.waiting("site-1", pb.JoinRequest(group=group, world_size=3,
+                                              requested_rank=0))
         details = self.refused("site-2", pb.JoinRequest(
             group=group, world_size=3, requested_rank=0),
             grpc.StatusCode.ALREADY_EXISTS)
@@ -519,9 +535,7 @@ class JoinErrorsTest(ConformanceTest):
 
     def test_identity_already_waiting(self):
         group = self.server.new_group("w3")
-        waiting = wire.Session(self.server.channel("site-1"), pb.JoinRequest(
-            group=group, world_size=3))
-        self.addCleanup(waiting.close)
+        self.waiting("site-1", pb.JoinRequest(group=group, world_size=3))
         self.refused("site-1", pb.JoinRequest(group=group, world_size=3),
                      grpc.StatusCode.ALREADY_EXISTS)
 

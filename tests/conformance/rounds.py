@@ -1,7 +1,7 @@
 """Running one round of a collective over the wire, every rank at once, and
 the checks every test shares: what each rank received, byte for byte, and
 the commit's digests. Also the base class of the conformance tests: one
-server per test module, a fresh group per test."""
+server per test class, a fresh group per test."""
 
 import unittest
 from dataclasses import dataclass, field

@@ -71,6 +71,7 @@ class AccessTest(ConformanceTest):
         self.assertIn(cluster.identity(cluster.STRANGER),
                       stream.ending.details)
         self.assertIn(members.group, stream.ending.details)
+        self.assertIsNotNone(stream.ending.final)
 
 
     def test_more_streams_than_the_limit(self):

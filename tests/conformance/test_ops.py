@@ -133,6 +133,7 @@ class OpsTest(ConformanceTest):
         # Rank 2 comes too late for seq 0, spends it, and goes on at seq 1.
         late, _ = start_rank(members, 2, 0, pb.ALL_GATHER, plans[2])
         ending = wire.receive_all(late).ending
+        self.assertIsNotNone(ending.final, ending.details)
         self.assertEqual(ending.code, grpc.StatusCode.FAILED_PRECONDITION,
                          ending.details)
         self.assertIn(members.identities[2], ending.details)

@@ -192,6 +192,7 @@ class RoundErrorsTest(ConformanceTest):
         received = wire.receive_all(stream)
         self.assertEqual(received.ending.code, INVALID,
                          received.ending.details)
+        self.assertIsNotNone(received.ending.final)
         self.assertIn("header", received.ending.details)
         # No round was touched: the group runs seq 0 normally.
         plans = [Plan(mixed(rank), 4096) for rank in range(2)]
@@ -220,6 +221,22 @@ class RoundErrorsTest(ConformanceTest):
         def frames(members, plan):
             bad = mixed(1)
             bad[1].name = bad[0].name
+            return [self.header(members, 1, tensors=bad)]
+        members, received = self.fail_round(2, 1, frames)
+        self.assertRoundFails(received, members, INVALID, rank=1)
+
+    def test_header_with_a_tensor_of_rank_33(self):
+        def frames(members, plan):
+            bad = mixed(1)
+            bad[-1].shape = [1] * 33
+            return [self.header(members, 1, tensors=bad)]
+        members, received = self.fail_round(2, 1, frames)
+        self.assertRoundFails(received, members, INVALID, rank=1)
+
+    def test_header_with_a_negative_dimension(self):
+        def frames(members, plan):
+            bad = mixed(1)
+            bad[-1].shape = [-4]
             return [self.header(members, 1, tensors=bad)]
         members, received = self.fail_round(2, 1, frames)
         self.assertRoundFails(received, members, INVALID, rank=1)
@@ -346,6 +363,7 @@ class RoundErrorsTest(ConformanceTest):
             op=pb.ALL_GATHER, rank=0, tensors=[t.spec for t in mixed(0)]))
         stream.half_close()
         ending = wire.receive_all(stream).ending
+        self.assertIsNotNone(ending.final, ending.details)
         self.assertEqual(ending.code, grpc.StatusCode.FAILED_PRECONDITION,
                          ending.details)
         self.names(ending.details, members, rank=0)
@@ -377,6 +395,7 @@ class RoundErrorsTest(ConformanceTest):
             self.assertOk(r)
         stream, _ = start_rank(members, 0, 0, pb.ALL_GATHER, plans[0])
         ending = wire.receive_all(stream).ending
+        self.assertIsNotNone(ending.final, ending.details)
         self.assertEqual(ending.code, grpc.StatusCode.FAILED_PRECONDITION,
                          ending.details)
         self.names(ending.details, members, seq=0, rank=0)
@@ -404,6 +423,7 @@ class RoundErrorsTest(ConformanceTest):
         impostor.send_frame(self.header(members, 0))
         impostor.half_close()
         ending = wire.receive_all(impostor).ending
+        self.assertIsNotNone(ending.final, ending.details)
         self.assertEqual(ending.code, grpc.StatusCode.PERMISSION_DENIED,
                          ending.details)
         self.names(ending.details, members, rank=0)
@@ -420,6 +440,7 @@ class RoundErrorsTest(ConformanceTest):
             tensors=[t.spec for t in mixed(0)]))
         stream.half_close()
         ending = wire.receive_all(stream).ending
+        self.assertIsNotNone(ending.final, ending.details)
         self.assertEqual(ending.code, grpc.StatusCode.PERMISSION_DENIED,
                          ending.details)
         self.assertIn("no-such-group", ending.details)
@@ -459,8 +480,17 @@ class RoundErrorsTest(ConformanceTest):
         received = wire.receive_all(stream0)
         self.assertEqual(received.ending.code, grpc.StatusCode.UNAVAILABLE,
                          received.ending.details)
-        self.names(received.ending.details, members, rank=1)
+        self.names(received.ending.details, members, seq=0, rank=1)
         self.assertIn(members.identities[1], received.ending.details)
+        self.assertIn("did not resume", received.ending.details)
+        # A resume after the failure gets the round's status.
+        late = wire.Collective(members.channels[1])
+        late.send_frame(self.header(
+            members, 1, resume=True, frames_received=1,
+            contribution_sha256=wire.sha256(plans[1].payload)))
+        late.drain()
+        self.assertEqual((late.ending.code, late.ending.details),
+                         (received.ending.code, received.ending.details))
 
     def test_round_deadline_lists_the_missing_ranks(self):
         members = self.join(2, family="late")

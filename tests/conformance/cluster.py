@@ -68,7 +68,10 @@ def _binary(variable: str) -> str:
     return path
 
 
-def _policy() -> str:
+def _policy(resized: Optional[Dict[str, int]] = None) -> str:
+    """_policy: every family's groups; `resized` gives some groups another
+    world size (with that many of SITES as participants)."""
+    resized = resized or {}
     lines = ["version: 1",
              "limits:",
              "  max_groups: 64",
@@ -83,11 +86,13 @@ def _policy() -> str:
              "groups:"]
     for family, (world_size, participants, extra) in FAMILIES.items():
         for index in range(GROUPS_PER_FAMILY):
-            lines += [f"  - name: {family}-{index:02d}",
-                      f"    world_size: {world_size}"] + extra + [
-                      "    members:"]
+            name = f"{family}-{index:02d}"
+            size = resized.get(name, world_size)
+            lines += [f"  - name: {name}", f"    world_size: {size}"] + \
+                extra + ["    members:"]
             lines += [f"      {identity(site)}: participant"
-                      for site in participants]
+                      for site in (SITES[:size] if name in resized
+                                   else participants)]
             lines.append(f"      {identity(ADMIN)}: admin")
     return "\n".join(lines) + "\n"
 
@@ -126,8 +131,7 @@ class Server:
             family: itertools.count() for family in FAMILIES}
         provision(self.dir, SITES + [STRANGER, LIMITED, SOLO],
                   admins=[ADMIN])
-        with open(os.path.join(self.dir, "conformance-policy.yaml"), "w") as f:
-            f.write(_policy())
+        self._write_policy(_policy())
 
     def start(self) -> None:
         port_file = os.path.join(self.dir, "port")
@@ -167,6 +171,18 @@ class Server:
             code = self._process.wait(timeout=STOP_TIMEOUT_S)
         self._process = None
         return code
+
+    def _write_policy(self, text: str) -> None:
+        path = os.path.join(self.dir, "conformance-policy.yaml")
+        with open(path + ".new", "w") as file:
+            file.write(text)
+        os.replace(path + ".new", path)
+
+    def reload_resized(self, resized: Dict[str, int]) -> None:
+        """Reload_resized gives the groups in `resized` new world sizes and
+        has the server reload its policy (SIGHUP)."""
+        self._write_policy(_policy(resized))
+        self._process.send_signal(signal.SIGHUP)
 
     def revoke(self, name: str) -> str:
         """Revoke puts name's certificate on a CRL with `fedgather revoke`

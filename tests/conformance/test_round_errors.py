@@ -583,6 +583,22 @@ class JoinErrorsTest(ConformanceTest):
             grpc.StatusCode.FAILED_PRECONDITION)
 
 
+class ReloadTest(ConformanceTest):
+    """A policy reload that changes a formed group's world size closes its
+    epoch: every member's session ends with ABORTED."""
+
+    def test_a_reload_that_resizes_the_group_ends_its_epoch(self):
+        members = self.join(2)
+        self.server.reload_resized({members.group: 3})
+        for session in members.sessions:
+            session.drain()
+            self.assertEqual(session.ending.code, grpc.StatusCode.ABORTED,
+                             session.ending.details)
+            self.assertIn(members.group, session.ending.details)
+            self.assertIn("policy reload", session.ending.details)
+            self.assertIsNotNone(session.ending.final)
+
+
 class TimeoutsTest(ConformanceTest):
     """The deadlines on a silent stream and on a group that does not form,
     with a server whose first-frame and join timeouts are short."""

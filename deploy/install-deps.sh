@@ -16,6 +16,8 @@ PACKAGES=(
   # The Python module and torch.distributed backend (python/): Debian's
   # python3-torch runs on the same libtorch1.13 as libtorch-dev.
   python3-dev pybind11-dev python3-torch
+  # The wire conformance suite (tests/conformance): an independent client.
+  python3-grpcio python3-protobuf
 )
 
 missing=()

@@ -105,8 +105,10 @@ void CollectiveReactor::LoseStream(absl::string_view why) {
     if (finished_) return;
     finished_ = true;
   }
-  Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                      absl::StrCat("the collective stream ", why)));
+  Finish(grpc::Status(
+      grpc::StatusCode::CANCELLED,
+      absl::StrCat(r->Describe(), ": rank ", rank_, " (", caller_.identity,
+                   ") ", why, " before the round completed")));
 }
 
 void CollectiveReactor::ExpireFirstFrameWait(absl::Duration limit) {

@@ -394,7 +394,8 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
     return absl::FailedPreconditionError(absl::StrCat(
         "group '", name_, "' is ",
         formed_ ? absl::StrCat("at epoch ", epoch_) : "not formed",
-        "; the collective named epoch ", header.epoch(), "; join again"));
+        "; the collective of rank ", header.rank(), " (", identity, ") seq ",
+        header.seq(), " named epoch ", header.epoch(), "; join again"));
   }
   const int world = static_cast<int>(members_.size());
   if (header.rank() >= static_cast<uint32_t>(world)) {

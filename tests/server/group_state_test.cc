@@ -451,11 +451,12 @@ TEST_F(GroupStateTest, FindRoundBeforeFormingIsFailedPrecondition) {
 TEST_F(GroupStateTest, FindRoundForWrongEpochIsFailedPrecondition) {
   MakeGroup();
   Form();
-  absl::StatusOr<std::shared_ptr<Round>> round = Find("site-a", 0, 0, 7);
+  absl::StatusOr<std::shared_ptr<Round>> round = Find("site-a", 0, 3, 7);
   EXPECT_EQ(round.status().code(), absl::StatusCode::kFailedPrecondition);
+  // It names the group, and the rank, identity and seq it is about.
   EXPECT_THAT(std::string(round.status().message()),
-              HasSubstr("group 'demo' is at epoch 1; the collective named "
-                        "epoch 7"));
+              HasSubstr("group 'demo' is at epoch 1; the collective of rank 0 "
+                        "(site-a) seq 3 named epoch 7"));
 }
 
 TEST_F(GroupStateTest, SeqOutOfOrderEndsTheEpoch) {

@@ -29,6 +29,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   args.SetMaxReceiveMessageSize(16 << 20);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  // A broken session or collective stream must be resumed within the
+  // server's resume grace (seconds), counted from when the server is back.
+  // gRPC's default reconnect backoff (1 s, then 1.6 times longer each try,
+  // gRPC's doc/connection-backoff.md) can leave a restarted server untried
+  // for several seconds: on a loaded machine a member missed its grace that
+  // way. Try again at least every second.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   std::vector<
       std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
       interceptors;

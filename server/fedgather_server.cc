@@ -106,6 +106,9 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
         "cannot listen on ", o.listen_address,
         " (address in use, or the TLS certificate and key do not match)"));
   }
+  // The restore above may have taken seconds (journals are replayed): the
+  // restored members' grace to resume starts now that they can reach us.
+  server->registry_->StartResumeGrace(o.clock());
   if (o.limits.events != nullptr) {
     ServerEvent started;
     started.kind = EventKind::kServerStarted;

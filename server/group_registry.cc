@@ -60,6 +60,11 @@ absl::Status GroupRegistry::RestoreState(absl::Time now,
   return absl::OkStatus();
 }
 
+void GroupRegistry::StartResumeGrace(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [name, group] : groups_) group->StartResumeGrace(now);
+}
+
 absl::StatusOr<GroupState*> GroupRegistry::Find(
     const std::string& name, const std::string& identity) const {
   absl::MutexLock lock(&mu_);

@@ -47,6 +47,10 @@ class GroupRegistry {
   // the first group's that could not be restored (the server should not
   // start). Nothing to do without a state_dir.
   absl::Status RestoreState(absl::Time now, PendingCallbacks* callbacks);
+  // StartResumeGrace tells every group that the server listens as of `now`
+  // (GroupState::StartResumeGrace): restored members and ranks have their
+  // whole grace from then.
+  void StartResumeGrace(absl::Time now);
 
   // events is where refusals are reported; may be null.
   EventSink* events() const { return limits_.events; }

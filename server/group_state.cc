@@ -327,6 +327,18 @@ void GroupState::EndEpochLocked(absl::Status status,
   Emit(EventKind::kGroupDissolved, -1, "", "", status, callbacks);
 }
 
+void GroupState::StartResumeGrace(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (Member& member : members_) {
+    member.last_heartbeat = std::max(member.last_heartbeat, now);
+    if (member.disconnected) {
+      member.disconnected_at = std::max(member.disconnected_at, now);
+    }
+  }
+  for (auto& [seq, round] : rounds_) round->StartResumeGrace(now);
+  for (auto& [seq, round] : completed_) round->StartResumeGrace(now);
+}
+
 void GroupState::Heartbeat(const SessionStream* session, absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (Member& member : members_) {

@@ -83,6 +83,11 @@ class GroupState {
   // kGroupRestored. Errors (the server should not start): the journal
   // cannot be read, or a round journal is damaged (DATA_LOSS naming it).
   absl::Status Restore(absl::Time now, PendingCallbacks* callbacks);
+  // StartResumeGrace counts the resume grace and heartbeat timeout of every
+  // disconnected member, and the resume grace of every detached rank of its
+  // rounds, from `now` at the earliest: the server calls it once it listens,
+  // after a restore that may have taken a good part of the grace.
+  void StartResumeGrace(absl::Time now);
 
   // Join adds `identity`'s session to the members waiting for the group to
   // form; when it is the last one, every waiting session gets SendJoined.

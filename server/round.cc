@@ -1,5 +1,6 @@
 #include "server/round.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -867,6 +868,13 @@ void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
     for (const LogEntry& entry : log_) {
       if (entry.source_rank != r) ++state.restored_frames;
     }
+  }
+}
+
+void Round::StartResumeGrace(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (RankState& state : ranks_) {
+    if (state.detached) state.detached_at = std::max(state.detached_at, now);
   }
 }
 

@@ -238,6 +238,10 @@ class Round {
   // received (the machine crashed before they reached the disk).
   void Restored(absl::Time now, std::vector<Sha256> upload_hashers,
                 std::unique_ptr<JournalFile> journal);
+  // StartResumeGrace counts the resume grace of every detached rank from
+  // `now` at the earliest: a restarted server calls it once it listens, so
+  // that the time its restore took is not taken from the ranks' grace.
+  void StartResumeGrace(absl::Time now);
   // Finished is true once the round has completed or failed; Complete once
   // it has committed.
   bool Finished() const;

@@ -221,6 +221,30 @@ TEST_F(RoundRestoreTest, AClosedQuorumStaysClosed) {
   }
 }
 
+// The restore itself took 8 s (restored at t = 50 s, listening at 58 s):
+// the ranks still have their whole 10 s grace from 58 s. Before
+// StartResumeGrace, the grace ran from 50 s, and a loaded server that took
+// most of it to replay its journals lost ranks that came back in time.
+TEST_F(RoundRestoreTest, TheResumeGraceStartsWhenTheServerListens) {
+  std::shared_ptr<Round> round = MakeJournaledRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  round = Restart(round, 2);
+  ASSERT_NE(round, nullptr);
+  round->StartResumeGrace(absl::FromUnixSeconds(58));
+  CheckDeadline(*round, absl::FromUnixSeconds(67));
+  EXPECT_FALSE(round->Finished()) << "failed 9 s after the server listened";
+  ASSERT_TRUE(Resume(*round, 0, 0, DigestOf(0)).ok());
+  CheckDeadline(*round, absl::FromUnixSeconds(68));
+  ASSERT_TRUE(round->Finished());
+  Pump(*round, 0, &received_[0]);
+  EXPECT_EQ(received_[0].status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(received_[0].status.message()),
+              HasSubstr("rank 1 (site-b) lost its collective stream and did "
+                        "not resume it within 10s"));
+}
+
 TEST_F(RoundRestoreTest, FramesTheJournalLostFailTheRoundWithDataLoss) {
   std::shared_ptr<Round> round = MakeJournaledRound(2);
   ASSERT_TRUE(Attach(*round, 0).ok());

@@ -200,7 +200,9 @@ struct RankRecord {
 struct RoundRecord {
   int world = 0;
   Plan plan;
-  std::weak_ptr<Round> round;
+  // Held to the end, so that every round can be checked then (the server
+  // lets go of a round once its streams are done).
+  std::shared_ptr<Round> round;
   v1::Op op = v1::OP_UNSPECIFIED;  // of the first attached header
   v1::ReduceOp reduce = v1::REDUCE_UNSPECIFIED;
   uint32_t root = 0;
@@ -995,7 +997,8 @@ void Simulation::Cooperate() {
       continue;
     }
     auto it = rounds_.find({c.epoch, c.next_seq});
-    if (it != rounds_.end() && !it->second.round.expired()) {
+    if (it != rounds_.end() && it->second.round != nullptr &&
+        !it->second.round->Finished()) {
       Header(c, /*resume=*/false, 0);
     }
   }
@@ -1047,7 +1050,7 @@ void Simulation::DropDoneStreams() {
 
 void Simulation::CheckBuffers() {
   for (auto& [key, record] : rounds_) {
-    std::shared_ptr<Round> round = record.round.lock();
+    const std::shared_ptr<Round>& round = record.round;
     if (round != nullptr && round->Finished() && round->BufferedBytes() != 0) {
       Violation(absl::StrCat("epoch ", key.first, " seq ", key.second,
                              " finished but still counts ",
@@ -1081,7 +1084,7 @@ void Simulation::CheckRound(const RoundKey& key, RoundRecord& record) {
         stderr, "%s %s: %s\n", name.c_str(), OpName(record.op).c_str(),
         reported.empty() ? "no outcome" : reported[0].ToString().c_str());
   }
-  if (std::shared_ptr<Round> round = record.round.lock()) {
+  if (const std::shared_ptr<Round>& round = record.round) {
     if (!round->Finished()) {
       Violation(absl::StrCat(name, " is unfinished after every deadline"));
     }

@@ -8,7 +8,7 @@ out, in the byte layout collective_protocol_fuzzer.cc reads (Setup, Step,
 MakePlan), a group and a few steps that start a round; when the input runs
 out the simulated members cooperate, so every seed reaches the commit of its
 op (checked against the fuzzer's reference model), one per op and reduction
-plus a resumed stream and a quorum round.
+plus a resumed stream, a quorum round and the inputs that found bugs.
 """
 import os
 import sys
@@ -86,6 +86,15 @@ def seeds():
     s["quorum"] = (setup(3, quorum=2) + header(0) +
                    plan("ALL_REDUCE", 3, reduce="SUM", tensors=(("I64", (2,)),)) +
                    values(16, 11) + header(1) + values(16, 13) + step(0, 8, 4))
+    # Regression seeds (round.cc: a receiver lost after the commit kept its
+    # claims on the frames it had not written, so they stayed counted):
+    # both ranks upload and end, then rank 1's stream is cancelled, or its
+    # first write fails.
+    both_ended = (setup(2) + header(0) + plan("ALL_GATHER", 2, tensors=(("I32", (3,)),)) +
+                  values(12, 1) + header(1) + values(12, 5) +
+                  step(0, 2, 15) * 3 + step(0, 4, 0) + step(1, 2, 15) * 3 + step(1, 4, 0))
+    s["lost_after_commit"] = both_ended + step(1, 7)
+    s["write_fails_after_commit"] = both_ended + step(1, 5, 0xF0)
     return s
 
 

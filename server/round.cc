@@ -682,6 +682,9 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
                      Describe(), ": ", RankName(rank),
                      " stopped receiving before the round completed")),
                  callbacks);
+    } else {
+      // Its stream calls into the round no more: give up its claims here.
+      DropClaimsLocked(rank, callbacks);
     }
   }
 }
@@ -707,7 +710,11 @@ void Round::StreamLost(int rank, absl::string_view why, absl::Time now,
   }
   state.lost = true;
   if (complete_) {
-    Wake(rank, callbacks);
+    // The stream calls into the round no more, so its claims on the frames
+    // it did not write go now (else they stay counted and held until the
+    // round is freed).
+    state.write_in_flight = false;
+    DropClaimsLocked(rank, callbacks);
     return;
   }
   FailLocked(

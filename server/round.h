@@ -203,15 +203,18 @@ class Round {
   Outgoing NextOutgoing(int rank);
 
   // WriteDone reports that `rank`'s last kFrame write finished; `ok` false
-  // means the stream is gone.
+  // means the stream is gone (once the round completed, without resumable
+  // streams, its claims on the frames it has not written are dropped).
   void WriteDone(int rank, bool ok, PendingCallbacks* callbacks);
 
   // StreamLost reports that `rank`'s stream closed or was cancelled. Before
   // completion this fails the round with UNAVAILABLE naming the rank, unless
   // streams are resumable: then the rank is detached, keeping `hasher` (the
   // hash of the upload so far) for the stream that resumes it, until
-  // resume_grace passes (CheckDeadline). The stream must not call into the
-  // round afterwards.
+  // resume_grace passes (CheckDeadline). After completion, without
+  // resumable streams, the rank's claims on the frames it has not written
+  // are dropped at once, so they are released. The stream must not call into
+  // the round afterwards.
   void StreamLost(int rank, absl::string_view why, absl::Time now,
                   PendingCallbacks* callbacks, Sha256 hasher = Sha256());
 

@@ -16,7 +16,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 OUT="${OUT:-/tmp/fedgather-fuzz}"
 mkdir -p "$OUT"
 status=0
-for target in frame_decoder safetensors policy audit_verify; do
+for target in frame_decoder safetensors policy audit_verify collective_protocol; do
   fuzzer="$BUILD_DIR/tests/fuzz/${target}_fuzzer"
   corpus="$OUT/corpus-$target"
   rm -rf "$corpus" && mkdir -p "$corpus"

@@ -74,15 +74,22 @@ class AccessTest(ConformanceTest):
         self.assertIsNotNone(stream.ending.final)
 
 
-    def test_more_streams_than_the_limit(self):
-        channel = self.server.channel(cluster.LIMITED)
+    def held_join(self, who, group_prefix):
+        """A channel of `who` and a join of a new group of 2 that waits for
+        its second member: a heartbeat is answered, so the server holds the
+        stream (and the group)."""
+        channel = self.server.channel(who)
         self.addCleanup(channel.close)
         waiting = wire.Session(channel, pb.JoinRequest(
-            group=self.server.new_group("limited"), world_size=2),
+            group=self.server.new_group(group_prefix), world_size=2),
             heartbeats=False)
         self.addCleanup(waiting.close)
-        waiting.heartbeat()  # answered: the server holds the stream
+        waiting.heartbeat()
         self.assertTrue(waiting.next_event().HasField("heartbeat"))
+        return channel
+
+    def test_more_streams_than_the_limit(self):
+        channel = self.held_join(cluster.LIMITED, "limited")
         second = wire.Collective(channel)
         second.half_close()
         second.drain()
@@ -94,14 +101,7 @@ class AccessTest(ConformanceTest):
             self.assertIn(named, second.ending.details)
 
     def test_more_groups_than_the_limit(self):
-        channel = self.server.channel(cluster.SOLO)
-        self.addCleanup(channel.close)
-        first = wire.Session(channel, pb.JoinRequest(
-            group=self.server.new_group("solo"), world_size=2),
-            heartbeats=False)
-        self.addCleanup(first.close)
-        first.heartbeat()  # answered: the server holds the join
-        self.assertTrue(first.next_event().HasField("heartbeat"))
+        channel = self.held_join(cluster.SOLO, "solo")
         second = wire.Session(channel, pb.JoinRequest(
             group=self.server.new_group("solo"), world_size=2))
         self.addCleanup(second.close)

@@ -242,27 +242,32 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   if (!found.ok()) return found.status();
   // The header is this rank's (FindRound checked the identity, epoch and
   // seq): one it cannot stand behind fails the round on every rank, so the
-  // others hear of it at once and the seq is spent as for any header.
+  // others hear of it at once and the seq is spent as for any header. The
+  // rank is told the round's status: an earlier failure's, when the round
+  // had already failed (a rank that attaches late gets the same status as
+  // the others, whatever its own header holds).
+  auto fail_round = [&](const absl::Status& why) {
+    (*found)->Fail(why, callbacks);
+    const absl::Status failure = (*found)->Failure();
+    return failure.ok() ? why : failure;
+  };
   const std::string rank_name =
       absl::StrCat((*found)->Describe(), ": rank ", header.rank(), " (",
                    caller_.identity, ")");
-  absl::StatusOr<Fingerprint> fingerprint =
-      FingerprintFromProto(header.tensors(), absl::StrCat(rank_name, " header"));
+  absl::StatusOr<Fingerprint> fingerprint = FingerprintFromProto(
+      header.tensors(), absl::StrCat(rank_name, " header"));
   absl::Status valid = fingerprint.status();
   if (valid.ok() && header.op() != v1::ALL_GATHER &&
       header.op() != v1::ALL_GATHER_V && header.op() != v1::ALL_GATHER_BYTES &&
       header.op() != v1::BROADCAST && header.op() != v1::ALL_REDUCE) {
-    valid = absl::UnimplementedError(absl::StrCat(
-        rank_name, ": op ", OpName(header.op()),
-        " is not supported by this server"));
+    valid = absl::UnimplementedError(
+        absl::StrCat(rank_name, ": op ", OpName(header.op()),
+                     " is not supported by this server"));
   }
   if (valid.ok()) {
     valid = CheckFingerprintForOp(header.op(), *fingerprint, rank_name);
   }
-  if (!valid.ok()) {
-    (*found)->Fail(valid, callbacks);
-    return valid;
-  }
+  if (!valid.ok()) return fail_round(valid);
   // What this rank uploads: a BROADCAST's non-root ranks send no bytes.
   Fingerprint sent = *fingerprint;
   if (header.op() == v1::BROADCAST && header.root() != header.rank()) {
@@ -281,8 +286,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
           std::move(about));
       !within.ok()) {
     refusal_reported_ = true;
-    (*found)->Fail(within, callbacks);
-    return within;
+    return fail_round(within);
   }
   fingerprint_ = *std::move(fingerprint);
   upload_ = std::move(sent);

@@ -728,6 +728,11 @@ void Round::Fail(const absl::Status& status, PendingCallbacks* callbacks) {
   FailLocked(status, callbacks);
 }
 
+absl::Status Round::Failure() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
 void Round::FailLocked(const absl::Status& status,
                        PendingCallbacks* callbacks) {
   if (finished()) return;

@@ -221,6 +221,8 @@ class Round {
   // Fail fails the round with `status` on every rank; the first failure
   // sticks and later calls do nothing. No effect once the round completed.
   void Fail(const absl::Status& status, PendingCallbacks* callbacks);
+  // Failure is the status the round failed with; OK while it has not.
+  absl::Status Failure() const;
 
   // CheckDeadline fails the round with DEADLINE_EXCEEDED, listing the ranks
   // that had not contributed and their byte progress, once `now` passes the

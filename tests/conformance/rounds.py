@@ -112,6 +112,14 @@ class ConformanceTest(unittest.TestCase):
                          f"{what}: {received.ending.details}")
         self.assertIsNotNone(received.commit, f"{what}: no commit last")
 
+    def assertRefused(self, ending, code, *named):
+        """The server ended a stream on purpose (`fedgather-final`) with
+        `code`, and its message names each of `named`."""
+        self.assertEqual(ending.code, code, ending.details)
+        self.assertIsNotNone(ending.final, ending.details)
+        for what in named:
+            self.assertIn(what, ending.details)
+
     def assertCommit(self, members, seq: int, commit: pb.Commit,
                      payloads: Dict[int, bytes]):
         """The commit names the round and lists each contributor's rank,

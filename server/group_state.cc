@@ -1,6 +1,7 @@
 #include "server/group_state.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 #include <utility>
 
@@ -315,7 +316,11 @@ void GroupState::EndEpochLocked(absl::Status status,
   for (auto& [seq, round] : rounds_) round->Fail(status, callbacks);
   rounds_.clear();
   outcomes_.clear();
+  ended_ = EndedEpoch{epoch_, {}, std::move(completed_)};
   completed_.clear();
+  for (const Member& member : members_) {
+    ended_.identities.push_back(member.identity);
+  }
   for (const Member& member : members_) {
     if (member.session_key == except) continue;
     std::weak_ptr<SessionStream> weak = member.session;
@@ -400,6 +405,9 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
     absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (!formed_ || header.epoch() != epoch_) {
+    absl::StatusOr<std::shared_ptr<Round>> ended =
+        FindEndedRoundLocked(identity, header);
+    if (!ended.ok() || *ended != nullptr) return ended;
     if (!formed_ && header.epoch() == epoch_ && !ended_status_.ok()) {
       return ended_status_;
     }
@@ -477,6 +485,23 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
   }
   rounds_[seq] = *round;
   return *round;
+}
+
+absl::StatusOr<std::shared_ptr<Round>> GroupState::FindEndedRoundLocked(
+    const std::string& identity, const v1::CollectiveHeader& header) const {
+  const auto round = ended_.completed.find(header.seq());
+  if (!header.resume() || header.epoch() != ended_.epoch ||
+      round == ended_.completed.end() ||
+      header.rank() >= ended_.identities.size()) {
+    return nullptr;
+  }
+  if (ended_.identities[header.rank()] != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "group '", name_, "' epoch ", ended_.epoch, ": identity '", identity,
+        "' may not resume rank ", header.rank(),
+        ", which was bound to another identity"));
+  }
+  return round->second;
 }
 
 absl::Status GroupState::StateErrorLocked(const absl::Status& error) const {
@@ -594,6 +619,10 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
       if (auto session = weak.lock()) session->Close(timeout);
     });
     it = waiting_.erase(it);
+  }
+  for (auto it = ended_.completed.begin(); it != ended_.completed.end();) {
+    it->second->CheckDeadline(now, callbacks);
+    it = it->second->Settled(now) ? ended_.completed.erase(it) : std::next(it);
   }
   if (!formed_) return;
   for (size_t r = 0; r < members_.size(); ++r) {

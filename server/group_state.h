@@ -132,7 +132,11 @@ class GroupState {
   // of order ends the epoch with FAILED_PRECONDITION. A header for a round
   // that already failed gets that round's status. A resuming header
   // (header.resume) may name a seq the rank already sent: its round, in
-  // flight or recently completed, is returned.
+  // flight or recently completed, is returned. That holds for the epoch
+  // that ended last too: its completed rounds stay resumable by their ranks
+  // until each is settled (Round::Settled; CheckTimers drops it), so a
+  // member that leaves after a commit takes the result from nobody whose
+  // download broke.
   absl::StatusOr<std::shared_ptr<Round>> FindRound(
       const std::string& identity, const v1::CollectiveHeader& header,
       absl::Time now, PendingCallbacks* callbacks);
@@ -226,6 +230,11 @@ class GroupState {
   void EndEpochLocked(absl::Status status, const SessionStream* except,
                       PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FindEndedRoundLocked is FindRound for a resuming header of the epoch
+  // that ended last: its completed round, or null when it has none for it.
+  absl::StatusOr<std::shared_ptr<Round>> FindEndedRoundLocked(
+      const std::string& identity, const v1::CollectiveHeader& header) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JoinTimeoutLocked says who has joined and who has not.
   absl::Status JoinTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RoundFinished(uint64_t epoch, uint64_t seq, const absl::Status& outcome);
@@ -267,6 +276,14 @@ class GroupState {
   // Resumable streams: the most recent completed rounds, which ranks whose
   // stream broke before their commit may still resume.
   std::map<uint64_t, std::shared_ptr<Round>> completed_ ABSL_GUARDED_BY(mu_);
+  // The completed rounds of the epoch that ended last, with its members by
+  // rank, kept for resumes until each round is settled.
+  struct EndedEpoch {
+    uint64_t epoch = 0;
+    std::vector<std::string> identities;
+    std::map<uint64_t, std::shared_ptr<Round>> completed;
+  };
+  EndedEpoch ended_ ABSL_GUARDED_BY(mu_);
   // Set when a policy reload closed the formed epoch: why.
   absl::Status closing_ ABSL_GUARDED_BY(mu_);
   // Why the last epoch ended, for streams that still name it.

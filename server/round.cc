@@ -629,13 +629,16 @@ void Round::TakeBackCommitLocked(RankState& state) {
   all_commits_sent_at_.reset();
 }
 
-void Round::ReleaseTailAfterGraceLocked(absl::Time now) {
-  if (tail_.empty()) return;
+bool Round::SettledLocked(absl::Time now) {
   for (const RankState& state : ranks_) {
-    if (!state.shut_out && !state.commit_sent && !state.lost) return;
+    if (!state.shut_out && !state.commit_sent && !state.lost) return false;
   }
   if (!all_commits_sent_at_.has_value()) all_commits_sent_at_ = now;
-  if (now - *all_commits_sent_at_ < options_.resume_grace) return;
+  return now - *all_commits_sent_at_ >= options_.resume_grace;
+}
+
+void Round::ReleaseTailAfterGraceLocked(absl::Time now) {
+  if (tail_.empty() || !SettledLocked(now)) return;
   for (size_t index : tail_) {
     LogEntry& entry = log_[index];
     if (!entry.in_tail) continue;
@@ -898,6 +901,11 @@ bool Round::Finished() const {
 bool Round::Complete() const {
   absl::MutexLock lock(&mu_);
   return complete_;
+}
+
+bool Round::Settled(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  return complete_ && status_.ok() && SettledLocked(now);
 }
 
 }  // namespace fedgather::server

@@ -251,6 +251,12 @@ class Round {
   // it has committed.
   bool Finished() const;
   bool Complete() const;
+  // Settled is true once no rank can come back for this completed round:
+  // every contributor had its commit handed over, or was given up (shut out
+  // by a quorum, or lost after its grace: CheckDeadline), and the resume
+  // grace has passed since that was first seen here or by CheckDeadline.
+  // False while the round has not completed.
+  bool Settled(absl::Time now);
 
   // Describe names the round: "group 'demo' epoch 1 seq 0".
   std::string Describe() const;
@@ -351,9 +357,10 @@ class Round {
   // sent, when the rank may resume (its stream broke, or it resumes).
   void TakeBackCommitLocked(RankState& state)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SettledLocked is Settled for a completed round.
+  bool SettledLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ReleaseTailAfterGraceLocked frees the resume tail of a completed round
-  // once every contributor has its commit handed over or was given up, and
-  // the resume grace has passed since.
+  // once it is settled.
   void ReleaseTailAfterGraceLocked(absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // DropClaimsLocked gives up `rank`'s claims on the frames it has not

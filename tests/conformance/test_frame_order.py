@@ -1,5 +1,6 @@
 """Frame orders of docs/protocol.md: half-close, resuming a broken
-Collective stream (at a byte that is no multiple of the max chunk), and the
+Collective stream (at a byte that is no multiple of the max chunk, and after
+another member left once it had its commit), and the
 Session stream: heartbeats, leave and resume."""
 
 import time
@@ -7,12 +8,14 @@ import unittest
 
 import grpc
 
+import cluster
 import wire
 from contribution import mixed
 from fedgather.v1 import fedgather_pb2 as pb
 from rounds import ConformanceTest, Plan, Sent, run_round, start_rank
 
 RESUME_RETRY_S = 10.0
+GRACE_S = float(cluster.DEFAULT_FLAGS["--resume-grace"])
 
 
 class CollectiveOrderTest(ConformanceTest):
@@ -157,6 +160,40 @@ class CollectiveOrderTest(ConformanceTest):
         self.assertFailedAlike(received, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("equivocat", received[0].ending.details.lower())
         self.assertRegex(received[0].ending.details, r"rank\D{0,3}1\b")
+
+    def test_a_member_that_leaves_after_the_commit_takes_no_result_away(self):
+        # Rank 1 gets its commit and leaves, which ends the epoch, while
+        # rank 0's download is broken: rank 0 resumes it in the ended epoch
+        # and gets the rest of the result. Once the resume grace has passed
+        # with every commit handed over, the round is gone.
+        members = self.join(2)
+        plans = [Plan(mixed(rank), 1001) for rank in range(2)]
+        broken, _ = start_rank(members, 0, 0, pb.ALL_GATHER, plans[0])
+        stream1, sent1 = start_rank(members, 1, 0, pb.ALL_GATHER, plans[1])
+        self.assertOk(wire.receive_all(stream1))
+        got = [broken.next_raw() for _ in range(3)]
+        self.assertEqual(got, [sent1.header] + sent1.chunks[:2])
+        broken.cancel()
+        members.sessions[1].leave()
+        members.sessions[0].drain()
+        self.assertRefused(members.sessions[0].ending,
+                           grpc.StatusCode.UNAVAILABLE, members.identities[1])
+        resume_header = self.header(
+            members, 0, plans[0], resume=True, frames_received=3,
+            contribution_sha256=wire.sha256(plans[0].payload))
+        resumed, first = self.resume(members.channels[0], resume_header)
+        self.assertFalse(isinstance(first, wire.Ending), first)
+        self.assertEqual(first.WhichOneof("kind"), "resumed")
+        self.assertTrue(first.resumed.upload_ended)
+        rest = wire.receive_all(resumed)
+        self.assertOk(rest)
+        self.assertEqual(rest.raw[:-1], sent1.chunks[2:])
+        self.assertCommit(members, 0, rest.commit, {
+            rank: plan.payload for rank, plan in enumerate(plans)})
+        time.sleep(GRACE_S + 2)
+        late, ending = self.resume(members.channels[0], resume_header)
+        self.assertRefused(ending, grpc.StatusCode.UNAVAILABLE,
+                           members.identities[1], "left the group")
 
 
 class SessionOrderTest(ConformanceTest):

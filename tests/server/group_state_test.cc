@@ -11,6 +11,9 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/fingerprint.h"
+#include "common/frame_codec.h"
+#include "common/sha256.h"
 #include "server/event_sink.h"
 #include "server/pending_callbacks.h"
 #include "server/round.h"
@@ -104,13 +107,15 @@ class GroupStateTest : public ::testing::Test {
   absl::StatusOr<std::shared_ptr<Round>> Find(const std::string& identity,
                                               uint32_t rank, uint64_t seq,
                                               uint64_t epoch = 1,
-                                              absl::Time now = kT0) {
+                                              absl::Time now = kT0,
+                                              bool resume = false) {
     v1::CollectiveHeader header;
     header.set_group("demo");
     header.set_epoch(epoch);
     header.set_seq(seq);
     header.set_op(v1::ALL_GATHER);
     header.set_rank(rank);
+    header.set_resume(resume);
     PendingCallbacks callbacks;
     absl::StatusOr<std::shared_ptr<Round>> round =
         group_->FindRound(identity, header, now, &callbacks);
@@ -400,6 +405,80 @@ TEST_F(GroupStateTest, ALostSessionThatDoesNotResumeEndsTheEpoch) {
   EXPECT_THAT(Session("site-a")->closes, ElementsAre(expected));
   EXPECT_EQ(Rejoin("site-b", 1, 1, kT0 + absl::Seconds(4)).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+class NullRoundStream : public RoundStream {
+ public:
+  void WakeWriter() override {}
+  void ResumeReading() override {}
+};
+
+// A member that leaves once it has its commit ends the epoch, but a rank
+// whose download broke before its commit still resumes the round, until the
+// round is settled (Seen in CI: FaultTest.ServerKilledMidRoundAndRestarted-
+// LosesNothing, where one site finished and left before another resumed).
+TEST_F(GroupStateTest, AnEndedEpochsCompletedRoundIsResumableUntilSettled) {
+  resume_grace_ = absl::Seconds(3);
+  MakeGroup();
+  Form();
+  // Round 0: every rank contributes an empty tensor.
+  const Fingerprint empty = {TensorSpec{"w", DType::kU8, {0}}};
+  const Sha256Digest digest = Sha256().Finish();
+  std::shared_ptr<Round> round;
+  auto streams = std::make_shared<NullRoundStream>();
+  const char* ids[] = {"site-a", "site-b", "site-c"};
+  for (uint32_t r = 0; r < 3; ++r) {
+    absl::StatusOr<std::shared_ptr<Round>> found = Find(ids[r], r, 0);
+    ASSERT_TRUE(found.ok()) << found.status();
+    round = *found;
+    v1::CollectiveFrame frame;
+    *frame.mutable_header() = v1::CollectiveHeader();
+    frame.mutable_header()->set_rank(r);
+    PendingCallbacks callbacks;
+    ASSERT_TRUE(round
+                    ->Attach(r, "ipv4:127.0.0.1:1", frame.header(), empty,
+                             EncodeFrame(frame), streams, &callbacks)
+                    .ok());
+    round->EndContribution(r, digest, &callbacks);
+    callbacks.Run();
+  }
+  ASSERT_TRUE(round->Complete());
+  // Ranks 1 and 2 get everything and their commit; rank 0's stream breaks.
+  for (int r : {1, 2}) {
+    for (;;) {
+      Outgoing out = round->NextOutgoing(r);
+      if (out.kind != Outgoing::Kind::kFrame) {
+        ASSERT_EQ(out.kind, Outgoing::Kind::kCommitAndFinish) << r;
+        break;
+      }
+      PendingCallbacks callbacks;
+      round->WriteDone(r, /*ok=*/true, &callbacks);
+    }
+  }
+  {
+    PendingCallbacks callbacks;
+    round->StreamLost(0, "reset", kT0, &callbacks);
+    group_->SessionLost(Session("site-b").get(), "it left the group",
+                        At(1), &callbacks, /*left=*/true);
+    callbacks.Run();
+  }
+  ASSERT_EQ(Session("site-a")->closes.size(), 1u);  // the epoch ended
+  // Rank 0 resumes it; nobody else may, nor a seq the epoch did not run.
+  absl::StatusOr<std::shared_ptr<Round>> resumed =
+      Find("site-a", 0, 0, 1, At(2), /*resume=*/true);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->get(), round.get());
+  EXPECT_EQ(Find("site-c", 0, 0, 1, At(2), true).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  const absl::Status ended = Session("site-a")->closes[0];
+  EXPECT_EQ(Find("site-a", 0, 1, 1, At(2), true).status(), ended);
+  EXPECT_EQ(Find("site-a", 0, 0, 1, At(2), false).status(), ended);
+  // Rank 0 does not come back: past its grace it is given up on, and a
+  // grace later the round is settled and gone.
+  CheckTimers(At(4));
+  EXPECT_TRUE(Find("site-a", 0, 0, 1, At(4), true).ok());
+  CheckTimers(At(7));
+  EXPECT_EQ(Find("site-a", 0, 0, 1, At(7), true).status(), ended);
 }
 
 TEST_F(GroupStateTest, FindRoundSharesOneRoundPerSeq) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bounded_text.h"
 #include "common/status_macros.h"
 
 namespace fedgather {
@@ -84,10 +85,16 @@ absl::StatusOr<int64_t> ContributionBytes(const Fingerprint& fingerprint) {
 
 namespace {
 
+// A message lists at most this many tensor names, each cut to this length:
+// a header may carry 4096 names of 1 KiB.
+constexpr size_t kNamesListed = 8;
+constexpr size_t kNameBytesListed = 64;
+
+// Names lists the fingerprint's tensor names, bounded.
 std::string Names(const Fingerprint& fingerprint) {
-  return absl::StrJoin(
-      fingerprint, ", ",
-      [](std::string* out, const TensorSpec& spec) { out->append(spec.name); });
+  std::vector<absl::string_view> names;
+  for (const TensorSpec& spec : fingerprint) names.push_back(spec.name);
+  return JoinBounded(names, kNamesListed, kNameBytesListed);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/bounded_text.h"
 #include "common/grpc_status.h"
 
 namespace fedgather::server {
@@ -106,7 +107,7 @@ absl::Status SessionReactor::HandleJoin(PendingCallbacks* callbacks) {
     refused.group = join.group();
     refused.identity = caller_.identity;
     refused.peer = caller_.peer;
-    refused.status = joined;
+    refused.status = BoundStatus(joined);
     DeferEvent(registry_->events(), std::move(refused), callbacks);
     absl::MutexLock lock(&mu_);
     group_ = nullptr;
@@ -215,7 +216,7 @@ void SessionReactor::Close(const absl::Status& status) {
     finished_ = true;
   }
   context_->AddTrailingMetadata(kFinalStatusKey, "1");
-  Finish(ToGrpcStatus(status));
+  Finish(ToGrpcStatus(BoundStatus(status)));
 }
 
 void SessionReactor::Lost(absl::string_view why, const absl::Status& finish,

@@ -229,6 +229,28 @@ TEST(CheckFingerprintForOpTest, AllGatherBytesTakesOneRankOneU8Tensor) {
                 {"differ in the name of tensor 0"});
 }
 
+// Issue 18: an ALL_GATHER_BYTES header of 4096 names of 1 KiB each made a
+// 4.2 MB message, which the server kept per failed round.
+TEST(CheckFingerprintForOpTest, MessagesListABoundedFewOfManyLongNames) {
+  Fingerprint many;
+  for (int i = 0; i < kMaxTensorsPerContribution; ++i) {
+    many.push_back({std::to_string(i) + std::string(kMaxTensorNameBytes - 8,
+                                                    'n'),
+                    DType::kU8,
+                    {1}});
+  }
+  const absl::Status bytes =
+      CheckFingerprintForOp(v1::ALL_GATHER_BYTES, many, "rank 3");
+  ExpectInvalid(bytes, {"rank 3: ALL_GATHER_BYTES", "0nnnn", "7nnnn",
+                        "... and 4088 more"});
+  EXPECT_LT(bytes.message().size(), 2048u) << bytes.message().size();
+  Fingerprint fewer(many.begin(), many.begin() + 5);
+  const absl::Status counts =
+      CompareFingerprints(v1::ALL_GATHER, 0, many, 1, fewer);
+  ExpectInvalid(counts, {"rank 1 has 5", "rank 0 has 4096", "and 4088 more"});
+  EXPECT_LT(counts.message().size(), 2048u) << counts.message().size();
+}
+
 TEST(CheckFingerprintForOpTest, OtherOps) {
   EXPECT_TRUE(CheckFingerprintForOp(v1::ALL_GATHER, One({}), "x").ok());
   EXPECT_TRUE(CheckFingerprintForOp(v1::BROADCAST, One({}), "x").ok());

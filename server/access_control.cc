@@ -259,11 +259,13 @@ absl::StatusOr<IdentityUsage::Lease> AccessControl::Acquire(
     const Caller& caller, IdentityUsage::Resource resource,
     absl::string_view action, absl::string_view group) {
   const IdentityLimits limits = Current().policy->LimitsFor(caller.identity);
+  const int limit = resource == IdentityUsage::Resource::kStreams
+                        ? limits.max_concurrent_streams
+                    : resource == IdentityUsage::Resource::kGroups
+                        ? limits.max_groups
+                        : limits.max_rounds_in_flight;
   absl::StatusOr<IdentityUsage::Lease> lease =
-      usage_.Acquire(caller.identity, resource,
-                     resource == IdentityUsage::Resource::kStreams
-                         ? limits.max_concurrent_streams
-                         : limits.max_groups);
+      usage_.Acquire(caller.identity, resource, limit);
   if (lease.ok()) return lease;
   ServerEvent exceeded;
   exceeded.kind = EventKind::kLimitExceeded;
@@ -291,6 +293,12 @@ absl::StatusOr<IdentityUsage::Lease> AccessControl::AcquireGroup(
     const Caller& caller, absl::string_view group) {
   return Acquire(caller, IdentityUsage::Resource::kGroups,
                  ActionName(Action::kJoin), group);
+}
+
+absl::StatusOr<IdentityUsage::Lease> AccessControl::AcquireRound(
+    const Caller& caller, absl::string_view group) {
+  return Acquire(caller, IdentityUsage::Resource::kRounds,
+                 ActionName(Action::kContribute), group);
 }
 
 absl::Status AccessControl::CheckContribution(const Caller& caller, int tensors,

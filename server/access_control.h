@@ -129,6 +129,12 @@ class AccessControl {
   absl::StatusOr<IdentityUsage::Lease> AcquireGroup(const Caller& caller,
                                                     absl::string_view group);
 
+  // AcquireRound holds one of `caller`'s rounds in flight (a collective
+  // stream with a round in `group`); RESOURCE_EXHAUSTED past
+  // max_rounds_in_flight.
+  absl::StatusOr<IdentityUsage::Lease> AcquireRound(const Caller& caller,
+                                                    absl::string_view group);
+
   // CheckContribution checks a collective header's tensor count and payload
   // bytes against `caller`'s limits; RESOURCE_EXHAUSTED naming the limit,
   // the value and the round (`round`, e.g. "group 'demo' epoch 1 seq 3").

@@ -163,11 +163,15 @@ absl::StatusOr<IdentityLimitOverrides> ParseLimits(const YAML::Node& node,
       FG_ASSIGN_OR_RETURN(const int64_t n,
                           ParseCount(item.second, 1 << 20, at));
       limits.max_groups = static_cast<int>(n);
+    } else if (key == "max_rounds_in_flight") {
+      FG_ASSIGN_OR_RETURN(const int64_t n,
+                          ParseCount(item.second, 1 << 20, at));
+      limits.max_rounds_in_flight = static_cast<int>(n);
     } else {
       return where.Error(absl::StrCat(
           "unknown limit '", key,
           "' (expected max_contribution_bytes, max_tensors_per_contribution, "
-          "max_concurrent_streams or max_groups)"));
+          "max_concurrent_streams, max_groups or max_rounds_in_flight)"));
     }
   }
   return limits;
@@ -182,6 +186,8 @@ void ApplyOverrides(const IdentityLimitOverrides& o, IdentityLimits* limits) {
   limits->max_concurrent_streams =
       o.max_concurrent_streams.value_or(limits->max_concurrent_streams);
   limits->max_groups = o.max_groups.value_or(limits->max_groups);
+  limits->max_rounds_in_flight =
+      o.max_rounds_in_flight.value_or(limits->max_rounds_in_flight);
 }
 
 absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
@@ -213,6 +219,11 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
       FG_ASSIGN_OR_RETURN(
           group.round_deadline,
           ParseDurationValue(item.second, where.In("round_deadline")));
+    } else if (key == "max_rounds_in_flight") {
+      FG_ASSIGN_OR_RETURN(const int64_t n,
+                          ParseCount(item.second, 1 << 10,
+                                     where.In("max_rounds_in_flight")));
+      group.max_rounds_in_flight = static_cast<int>(n);
     } else if (key == "members") {
       FG_RETURN_IF_ERROR(RequireMap(
           item.second, where.In("members (identity: role, one per line)")));
@@ -229,7 +240,7 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
       return where.Error(absl::StrCat(
           "unknown key '", key,
           "' (expected name, world_size, min_quorum, round_deadline, "
-          "members)"));
+          "max_rounds_in_flight, members)"));
     }
   }
   if (!has_world_size) return where.Error("world_size is missing");
@@ -339,6 +350,7 @@ std::vector<GroupConfig> AccessPolicy::GroupConfigs() const {
     config.world_size = group.world_size;
     config.min_quorum = group.min_quorum;
     config.round_deadline = group.round_deadline;
+    config.max_rounds_in_flight = group.max_rounds_in_flight;
     for (const auto& [identity, role] : group.members) {
       if (role == Role::kParticipant) config.members.push_back(identity);
     }

@@ -11,6 +11,7 @@
 //     max_tensors_per_contribution: 4096
 //     max_concurrent_streams: 32
 //     max_groups: 8
+//     max_rounds_in_flight: 8
 //   identity_limits:                           # per-identity overrides
 //     spiffe://fedgather/site-1: {max_concurrent_streams: 4}
 //   groups:
@@ -18,6 +19,7 @@
 //       world_size: 2
 //       min_quorum: 2                          # optional, 1..world_size
 //       round_deadline: 30s                    # optional; see GroupConfig
+//       max_rounds_in_flight: 4                # optional; see GroupConfig
 //       members:
 //         spiffe://fedgather/site-1: participant
 //         spiffe://fedgather/site-2: participant
@@ -67,6 +69,9 @@ struct IdentityLimits {
   int max_tensors_per_contribution = 4096;
   int max_concurrent_streams = 32;  // session and collective streams open
   int max_groups = 8;               // groups joined (or waiting) at once
+  // Collective streams with a round, in every group together (a member runs
+  // one collective at a time per group).
+  int max_rounds_in_flight = 8;
 };
 
 // The fields of IdentityLimits that one `limits` mapping sets.
@@ -75,6 +80,7 @@ struct IdentityLimitOverrides {
   std::optional<int> max_tensors_per_contribution;
   std::optional<int> max_concurrent_streams;
   std::optional<int> max_groups;
+  std::optional<int> max_rounds_in_flight;
 };
 
 struct GroupPolicy {
@@ -82,6 +88,7 @@ struct GroupPolicy {
   int world_size = 0;
   int min_quorum = 0;  // 0: every member must contribute
   absl::Duration round_deadline = absl::ZeroDuration();  // 0: the server's
+  int max_rounds_in_flight = kDefaultGroupRoundsInFlight;
   std::map<std::string, Role> members;                   // identity -> role
 };
 

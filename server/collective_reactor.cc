@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/bounded_text.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -288,6 +289,13 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     refusal_reported_ = true;
     return fail_round(within);
   }
+  absl::StatusOr<IdentityUsage::Lease> round_lease =
+      access_->AcquireRound(caller_, header.group());
+  if (!round_lease.ok()) {
+    refusal_reported_ = true;
+    return fail_round(round_lease.status());
+  }
+  round_lease_ = *std::move(round_lease);
   fingerprint_ = *std::move(fingerprint);
   upload_ = std::move(sent);
   sequence_.emplace(upload_, max_chunk_bytes_);  // keeps a reference
@@ -342,8 +350,9 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   return true;
 }
 
-void CollectiveReactor::RejectUpload(const absl::Status& status,
+void CollectiveReactor::RejectUpload(const absl::Status& rejected,
                                      PendingCallbacks* callbacks) {
+  const absl::Status status = BoundStatus(rejected);
   std::shared_ptr<Round> r = round();
   if (r == nullptr) {
     if (!refusal_reported_) {
@@ -376,11 +385,12 @@ void CollectiveReactor::FinishWith(const absl::Status& status) {
   context_->AddTrailingMetadata(
       kFinalStatusKey,
       status.GetPayload(kRetryPayload).has_value() ? kFinalStatusRetry : "1");
-  Finish(ToGrpcStatus(status));
+  Finish(ToGrpcStatus(BoundStatus(status)));
 }
 
 void CollectiveReactor::WakeWriter() {
   Outgoing out;
+  PendingCallbacks callbacks;  // runs after mu_ is released
   {
     absl::MutexLock lock(&mu_);
     if (write_in_flight_ || finished_ || lost_ || round_ == nullptr) return;
@@ -390,7 +400,7 @@ void CollectiveReactor::WakeWriter() {
       out.frame = *std::move(resumed_reply_);
       resumed_reply_.reset();
     } else {
-      out = round_->NextOutgoing(rank_);
+      out = round_->NextOutgoing(rank_, &callbacks);
     }
     switch (out.kind) {
       case Outgoing::Kind::kNothing:

@@ -119,6 +119,9 @@ class CollectiveReactor
   AccessControl* const access_;
   const Caller caller_;
   IdentityUsage::Lease stream_lease_;  // released when the reactor is freed
+  // One of the caller's max_rounds_in_flight, from an accepted header until
+  // the reactor is freed.
+  IdentityUsage::Lease round_lease_;
   const int64_t max_chunk_bytes_;
   const std::function<absl::Time()> clock_;
   std::shared_ptr<CollectiveReactor> self_;  // released in OnDone

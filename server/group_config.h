@@ -13,6 +13,8 @@
 
 namespace fedgather::server {
 
+inline constexpr int kDefaultGroupRoundsInFlight = 4;
+
 struct GroupConfig {
   std::string name;
   int world_size = 0;
@@ -23,6 +25,11 @@ struct GroupConfig {
   // then are the round's contributors, given --round-timeout more to
   // finish; otherwise the round fails when it passes.
   absl::Duration round_deadline = absl::ZeroDuration();
+  // Rounds the group runs at once; a header that would start one more ends
+  // the epoch with RESOURCE_EXHAUSTED. Members run one collective at a time,
+  // so an honest group has at most two (the last rank finishing one while
+  // the first starts the next).
+  int max_rounds_in_flight = kDefaultGroupRoundsInFlight;
   std::vector<std::string> members;  // participants, as in certificates
 };
 

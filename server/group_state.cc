@@ -7,12 +7,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bounded_text.h"
 #include "server/round_restore.h"
 
 namespace fedgather::server {
 namespace {
 
+// Outcomes kept per group: at most this many, holding at most this many
+// bytes of messages (each failure message is at most
+// kMaxStatusMessageBytes).
 constexpr size_t kKeptOutcomes = 1024;
+constexpr size_t kKeptOutcomeBytes = size_t{1} << 20;
 // Completed rounds kept for resumes; each holds at most its resume window.
 constexpr size_t kKeptCompletedRounds = 4;
 
@@ -57,7 +62,12 @@ absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
                    nullptr, callbacks);
     return absl::OkStatus();
   }
-  outcomes_ = saved->outcomes;
+  // A journal written before failure messages were bounded may hold big
+  // ones.
+  for (const auto& [seq, outcome] : saved->outcomes) {
+    outcomes_[seq] = BoundStatus(outcome);
+  }
+  TrimOutcomesLocked();
   int64_t journal_bytes = 0;
   for (const auto& [seq, path] : saved->rounds) {
     if (auto it = outcomes_.find(seq);
@@ -477,6 +487,15 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
         seq + 1));
   }
   if (!closing_.ok()) return closing_;
+  if (static_cast<int>(rounds_.size()) >= config_.max_rounds_in_flight) {
+    const absl::Status too_many = absl::ResourceExhaustedError(absl::StrCat(
+        Describe(), ": rank ", header.rank(), " (", identity,
+        ") started seq ", seq, " while ", rounds_.size(),
+        " rounds are in flight, the group's max_rounds_in_flight; the epoch "
+        "ended; join again"));
+    EndEpochLocked(too_many, nullptr, callbacks);
+    return too_many;
+  }
   absl::StatusOr<std::shared_ptr<Round>> round = NewRoundLocked(seq, now);
   if (!round.ok()) {
     const absl::Status failed = StateErrorLocked(round.status());
@@ -580,10 +599,19 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
     // Best effort: a restart without it only answers a late rank less well.
     journal_->Finished(seq, outcome).IgnoreError();
   }
-  outcomes_[seq] = outcome;
-  while (outcomes_.size() > kKeptOutcomes) outcomes_.erase(outcomes_.begin());
+  outcomes_[seq] = BoundStatus(outcome);
+  TrimOutcomesLocked();
   if (!closing_.ok() && rounds_.empty()) {
     EndEpochLocked(closing_, nullptr, &callbacks);
+  }
+}
+
+void GroupState::TrimOutcomesLocked() {
+  size_t bytes = 0;
+  for (const auto& [seq, outcome] : outcomes_) bytes += outcome.message().size();
+  while (outcomes_.size() > kKeptOutcomes || bytes > kKeptOutcomeBytes) {
+    bytes -= outcomes_.begin()->second.message().size();
+    outcomes_.erase(outcomes_.begin());
   }
 }
 

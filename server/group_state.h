@@ -235,6 +235,9 @@ class GroupState {
   absl::StatusOr<std::shared_ptr<Round>> FindEndedRoundLocked(
       const std::string& identity, const v1::CollectiveHeader& header) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TrimOutcomesLocked drops the oldest outcomes past kKeptOutcomes entries
+  // or kKeptOutcomeBytes of messages.
+  void TrimOutcomesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JoinTimeoutLocked says who has joined and who has not.
   absl::Status JoinTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RoundFinished(uint64_t epoch, uint64_t seq, const absl::Status& outcome);
@@ -271,7 +274,8 @@ class GroupState {
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // by rank
   std::map<uint64_t, std::shared_ptr<Round>> rounds_ ABSL_GUARDED_BY(mu_);
   // Outcomes of this epoch's finished rounds, so late ranks get the same
-  // answer; the oldest are dropped past kKeptOutcomes.
+  // answer; the oldest are dropped past kKeptOutcomes entries or
+  // kKeptOutcomeBytes of messages (TrimOutcomesLocked).
   std::map<uint64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
   // Resumable streams: the most recent completed rounds, which ranks whose
   // stream broke before their commit may still resume.

@@ -7,10 +7,33 @@
 namespace fedgather::server {
 
 const char* LimitName(IdentityUsage::Resource resource) {
-  return resource == IdentityUsage::Resource::kStreams
-             ? "max_concurrent_streams"
-             : "max_groups";
+  switch (resource) {
+    case IdentityUsage::Resource::kStreams:
+      return "max_concurrent_streams";
+    case IdentityUsage::Resource::kGroups:
+      return "max_groups";
+    case IdentityUsage::Resource::kRounds:
+      return "max_rounds_in_flight";
+  }
+  return "?";
 }
+
+namespace {
+
+// What `resource` is called in a refusal: "... already holds 8 <this>".
+const char* Held(IdentityUsage::Resource resource) {
+  switch (resource) {
+    case IdentityUsage::Resource::kStreams:
+      return " open streams";
+    case IdentityUsage::Resource::kGroups:
+      return " group memberships";
+    case IdentityUsage::Resource::kRounds:
+      return " rounds in flight";
+  }
+  return "";
+}
+
+}  // namespace
 
 IdentityUsage::Lease::Lease(Lease&& other) noexcept
     : usage_(std::exchange(other.usage_, nullptr)),
@@ -38,8 +61,7 @@ absl::StatusOr<IdentityUsage::Lease> IdentityUsage::Acquire(
   int& held = counts_[identity].of(resource);
   if (held >= limit) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "identity '", identity, "' already holds ", held,
-        resource == Resource::kStreams ? " open streams" : " group memberships",
+        "identity '", identity, "' already holds ", held, Held(resource),
         ", the limit its policy sets (", LimitName(resource), ": ", limit,
         ")"));
   }
@@ -60,7 +82,10 @@ void IdentityUsage::Give(const std::string& identity, Resource resource) {
   auto it = counts_.find(identity);
   if (it == counts_.end()) return;
   --it->second.of(resource);
-  if (it->second.streams == 0 && it->second.groups == 0) counts_.erase(it);
+  if (it->second.streams == 0 && it->second.groups == 0 &&
+      it->second.rounds == 0) {
+    counts_.erase(it);
+  }
 }
 
 }  // namespace fedgather::server

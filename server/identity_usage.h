@@ -1,5 +1,5 @@
-// IdentityUsage: how many streams and group memberships each identity holds
-// right now, so per-identity limits can refuse the next one. A Lease stands
+// IdentityUsage: how many streams, group memberships and rounds in flight
+// each identity holds right now, so per-identity limits can refuse the next one. A Lease stands
 // for one unit held; it gives the unit back when destroyed. Counts are per
 // identity, so one identity reaching its limit never affects another.
 //
@@ -19,7 +19,7 @@ namespace fedgather::server {
 
 class IdentityUsage {
  public:
-  enum class Resource { kStreams, kGroups };
+  enum class Resource { kStreams, kGroups, kRounds };
 
   class Lease {
    public:
@@ -47,7 +47,7 @@ class IdentityUsage {
 
   // Acquire takes one unit of `resource` for `identity` when it holds fewer
   // than `limit`; else RESOURCE_EXHAUSTED naming the identity, the count and
-  // the policy limit (max_concurrent_streams or max_groups).
+  // the policy limit (LimitName).
   absl::StatusOr<Lease> Acquire(const std::string& identity, Resource resource,
                                 int limit);
 
@@ -58,7 +58,12 @@ class IdentityUsage {
   struct Counts {
     int streams = 0;
     int groups = 0;
-    int& of(Resource r) { return r == Resource::kStreams ? streams : groups; }
+    int rounds = 0;
+    int& of(Resource r) {
+      return r == Resource::kStreams ? streams
+             : r == Resource::kGroups ? groups
+                                      : rounds;
+    }
   };
   void Give(const std::string& identity, Resource resource);
 

@@ -75,7 +75,7 @@ absl::Status WriteAll(int fd, std::vector<iovec> iov, const std::string& path) {
 absl::StatusOr<std::unique_ptr<JournalFile>> JournalFile::Create(
     const std::string& path) {
   const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) {
     return ErrnoToStatus(errno, absl::StrCat("cannot create journal ", path));
   }
@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<JournalFile>> JournalFile::Create(
 
 absl::StatusOr<std::unique_ptr<JournalFile>> JournalFile::OpenForAppend(
     const std::string& path, int64_t valid_bytes) {
-  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd < 0) {
     return ErrnoToStatus(errno, absl::StrCat("cannot open journal ", path));
   }
@@ -158,6 +158,25 @@ absl::Status JournalFile::AppendPieces(
   return WriteAll(fd_, std::move(iov), path_);
 }
 
+absl::StatusOr<grpc::ByteBuffer> JournalFile::ReadAt(int64_t offset,
+                                                     int64_t size) const {
+  grpc::Slice slice(static_cast<size_t>(size));
+  char* data = reinterpret_cast<char*>(const_cast<uint8_t*>(slice.begin()));
+  int64_t done = 0;
+  while (done < size) {
+    const ssize_t got = pread(fd_, data + done, size - done, offset + done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      return absl::DataLossError(absl::StrCat(
+          "cannot read back ", size, " bytes at offset ", offset,
+          " of journal ", path_, ": ",
+          got < 0 ? strerror(errno) : "the file is shorter"));
+    }
+    done += got;
+  }
+  return grpc::ByteBuffer(&slice, 1);
+}
+
 absl::Status JournalFile::Sync() {
   if (fdatasync(fd_) != 0) {
     return ErrnoToStatus(errno, absl::StrCat("cannot sync journal ", path_));
@@ -199,6 +218,7 @@ absl::StatusOr<int64_t> ReadJournal(
     JournalRecord record;
     record.kind = static_cast<uint8_t>(header[4]);
     record.rank = GetU32(header + 5);
+    record.payload_offset = valid + static_cast<int64_t>(kRecordHeaderSize);
     record.payload.resize(size);
     char trailer[kCrcSize];
     if (fread(record.payload.data(), 1, size, file) != size ||

@@ -33,6 +33,7 @@ struct JournalRecord {
   uint8_t kind = 0;
   uint32_t rank = 0;
   std::string payload;
+  int64_t payload_offset = 0;  // where the payload lies in the file (ReadAt)
 };
 
 class JournalFile {
@@ -55,6 +56,9 @@ class JournalFile {
   absl::Status Append(uint8_t kind, uint32_t rank, absl::string_view payload);
   // Sync makes every record appended so far durable (fdatasync).
   absl::Status Sync();
+  // ReadAt reads back `size` bytes at `offset` (a record's payload_offset);
+  // DATA_LOSS naming the file when they cannot all be read.
+  absl::StatusOr<grpc::ByteBuffer> ReadAt(int64_t offset, int64_t size) const;
 
   const std::string& path() const { return path_; }
 

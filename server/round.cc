@@ -8,6 +8,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bounded_text.h"
 #include "common/frame_codec.h"
 #include "common/status_macros.h"
 
@@ -353,7 +354,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
   for (size_t i = cursor; i < state.cursor; ++i) {
     LogEntry& entry = log_[i];
     if (entry.source_rank == rank) continue;
-    if (entry.frame.Length() == 0) {
+    if (entry.frame.Length() == 0 && !entry.spilled) {
       const absl::Status gone = absl::UnavailableError(absl::StrCat(
           Describe(), ": ", RankName(rank), " resumed after ",
           header.frames_received(),
@@ -369,7 +370,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
       buffered_bytes_ += entry.bytes;
     }
     ++entry.pending_writes;
-    resent += entry.bytes;
+    resent += FrameBytes(entry);
   }
   state.detached = false;
   state.peer = peer;
@@ -396,8 +397,13 @@ void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
   // Every contributor but the sender (all ranks until a quorum closes).
   const int receivers = rank == kEveryRank ? contributors_ : contributors_ - 1;
   if (receivers == 0) return;
-  log_.push_back(LogEntry{rank, std::move(frame), bytes, receivers});
-  buffered_bytes_ += bytes;
+  if (frame.Length() < kCompactFrameBytes) {
+    grpc::Slice flat;
+    if (frame.DumpToSingleSlice(&flat).ok()) frame = grpc::ByteBuffer(&flat, 1);
+  }
+  const int64_t charge = bytes + kFrameChargeBytes;
+  log_.push_back(LogEntry{rank, std::move(frame), charge, receivers});
+  buffered_bytes_ += charge;
   for (int r = 0; r < world_; ++r) {
     if (r != rank && ranks_[r].attached) Wake(r, callbacks);
   }
@@ -424,14 +430,77 @@ void Round::CountReceivedLocked(int rank, int64_t bytes) {
   }
 }
 
+bool Round::RoomForFrameLocked(int rank, PendingCallbacks* callbacks) {
+  const int64_t most = options_.max_buffered_bytes / kLogEntryBytes;
+  if (static_cast<int64_t>(log_.size()) < most) return true;
+  FailLocked(absl::ResourceExhaustedError(absl::StrCat(
+                 Describe(), ": ", RankName(rank), " sent chunk ",
+                 ranks_[rank].chunks + 1, ", but a round takes at most ", most,
+                 " frames from all ranks (--max-buffered-mib / ",
+                 kLogEntryBytes,
+                 " bytes); send bigger chunks, up to max_chunk_bytes")),
+             callbacks);
+  return false;
+}
+
+void Round::AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
+                              int64_t payload_bytes,
+                              PendingCallbacks* callbacks) {
+  ++ranks_[rank].chunks;
+  CountReceivedLocked(rank, payload_bytes);
+  Append(rank, std::move(frame), payload_bytes, callbacks);
+}
+
 bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                        PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  if (finished()) return false;
+  if (finished() || !RoomForFrameLocked(rank, callbacks)) return false;
   if (!JournalLocked(RoundRecord::kChunk, rank, frame, callbacks)) return false;
-  CountReceivedLocked(rank, payload_bytes);
-  Append(rank, std::move(frame), payload_bytes, callbacks);
+  AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
   return PauseIfFullLocked(rank);
+}
+
+void Round::ReplayChunk(int rank, grpc::ByteBuffer frame,
+                        int64_t payload_bytes, int64_t journal_offset,
+                        PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished() || !RoomForFrameLocked(rank, callbacks)) return;
+  const size_t before = log_.size();
+  const int64_t size = static_cast<int64_t>(frame.Length());
+  AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
+  if (log_.size() == before) return;  // nobody receives it
+  log_.back().journal_offset = journal_offset;
+  log_.back().journal_size = size;
+  SpillLocked();
+}
+
+void Round::SpillLocked() {
+  while (HeldLocked() > options_.max_buffered_bytes &&
+         spill_cursor_ < log_.size()) {
+    LogEntry& entry = log_[spill_cursor_++];
+    if (entry.journal_offset < 0 || entry.spilled ||
+        entry.pending_writes == 0) {
+      continue;
+    }
+    buffered_bytes_ -= entry.bytes;
+    entry.bytes = 0;
+    entry.frame.Clear();
+    entry.spilled = true;
+  }
+}
+
+int64_t Round::FrameBytes(const LogEntry& entry) {
+  return entry.spilled ? entry.journal_size
+                       : static_cast<int64_t>(entry.frame.Length());
+}
+
+absl::StatusOr<grpc::ByteBuffer> Round::FrameLocked(
+    const LogEntry& entry) const {
+  if (!entry.spilled) return entry.frame;  // shares the slices
+  if (journal_ == nullptr) {
+    return absl::InternalError("a replayed frame left memory with no journal");
+  }
+  return journal_->ReadAt(entry.journal_offset, entry.journal_size);
 }
 
 bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
@@ -587,7 +656,7 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
   return EncodeFrame(frame);
 }
 
-Outgoing Round::NextOutgoing(int rank) {
+Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   Outgoing out;
   if (!status_.ok()) {
@@ -600,8 +669,7 @@ Outgoing Round::NextOutgoing(int rank) {
   if (state.lost) {
     // The receiver is gone from a completed round: drop its claims on the
     // log so the frames can be released.
-    PendingCallbacks unused;  // nobody is paused once the round completed
-    DropClaimsLocked(rank, &unused);
+    DropClaimsLocked(rank, callbacks);
     out.kind = Outgoing::Kind::kFinish;
     out.status = absl::CancelledError("the stream closed");
     return out;
@@ -610,9 +678,18 @@ Outgoing Round::NextOutgoing(int rank) {
     ++state.cursor;
   }
   if (state.cursor < log_.size()) {
+    absl::StatusOr<grpc::ByteBuffer> frame = FrameLocked(log_[state.cursor]);
+    if (!frame.ok()) {
+      FailLocked(absl::DataLossError(absl::StrCat(
+                     Describe(), ": ", frame.status().message())),
+                 callbacks);
+      out.kind = Outgoing::Kind::kFinish;
+      out.status = status_;
+      return out;
+    }
     state.write_in_flight = true;
     out.kind = Outgoing::Kind::kFrame;
-    out.frame = log_[state.cursor].frame;  // shares the slices
+    out.frame = *std::move(frame);
     return out;
   }
   if (complete_ && !state.commit_sent) {
@@ -671,7 +748,7 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
   if (!ok && options_.resume_grace > absl::ZeroDuration()) return;
   LogEntry& entry = log_[state.cursor++];
   if (ok) {
-    const int64_t bytes = static_cast<int64_t>(entry.frame.Length());
+    const int64_t bytes = FrameBytes(entry);
     state.sent_bytes += bytes;
     if (options_.metrics != nullptr) {
       options_.metrics->BytesOut(options_.group, bytes);
@@ -739,7 +816,8 @@ absl::Status Round::Failure() const {
 void Round::FailLocked(const absl::Status& status,
                        PendingCallbacks* callbacks) {
   if (finished()) return;
-  status_ = status;
+  // What every rank is told, the outcome kept and the event: bounded.
+  status_ = BoundStatus(status);
   for (LogEntry& entry : log_) entry.frame.Clear();
   buffered_bytes_ = 0;
   tail_.clear();
@@ -750,7 +828,9 @@ void Round::FailLocked(const absl::Status& status,
   if (options_.on_finished) {
     auto on_finished = options_.on_finished;
     const uint64_t seq = options_.seq;
-    callbacks->Add([on_finished, seq, status] { on_finished(seq, status); });
+    callbacks->Add([on_finished, seq, status = status_] {
+      on_finished(seq, status);
+    });
   }
   WakeAll(callbacks);
 }

@@ -2,9 +2,17 @@
 // server. It owns the round's chunk log: every frame a rank uploads is kept
 // once, reference-counted, and each other rank's stream walks the log with
 // its own cursor (cut-through fan-out, no copy per receiver). A frame is
-// released when every receiver has written it. Buffered payload is bounded by
-// RoundOptions::max_buffered_bytes: an uploader that pushes the round past it
-// is paused until receivers drain (backpressure).
+// released when every receiver has written it. The memory the log holds is
+// bounded by RoundOptions::max_buffered_bytes: each frame is charged its
+// bytes plus kFrameChargeBytes for what holds it, and an uploader that pushes
+// the round past the limit is paused until receivers drain (backpressure).
+// The log's entries outlive their frames (a resume finds its place by them),
+// so a round takes at most max_buffered_bytes / kLogEntryBytes frames and
+// fails with RESOURCE_EXHAUSTED past that: tiny chunks cannot make a round
+// hold more than about twice the limit, plus the resume window. A round
+// rebuilt from its journal after a restart (ReplayChunk) keeps to the same
+// limit: the oldest replayed frames leave memory and are read back from the
+// journal, for each receiver, when its stream needs them.
 //
 // Thread safety: all methods are thread-safe and take the round's own mutex
 // briefly. Methods that change state add stream wake-ups and events to a
@@ -87,6 +95,9 @@ struct RoundOptions {
   uint64_t epoch = 0;
   uint64_t seq = 0;
   std::vector<std::string> identities;  // by rank; size is the world size
+  // What the round's frames may hold in memory, charged as the class
+  // comment says; and the frames it takes (max_buffered_bytes /
+  // kLogEntryBytes).
   int64_t max_buffered_bytes = 256 << 20;
   // The chunk limit: ALL_REDUCE result chunks hold at most this many bytes.
   int64_t max_chunk_bytes = int64_t{1} << 20;
@@ -108,8 +119,8 @@ struct RoundOptions {
   // gives up on delivering to it). Zero: a broken stream fails the round.
   absl::Duration resume_grace = absl::ZeroDuration();
   // Frames every receiver has written are kept until this many newer bytes
-  // have been, so a receiver can resume the frames its broken stream had
-  // written but it never got.
+  // (charged as in the log) have been, so a receiver can resume the frames
+  // its broken stream had written but it never got.
   int64_t resume_window_bytes = int64_t{32} << 20;
   EventSink* events = nullptr;  // may be null
   // Counts payload bytes and the time to the first chunk; may be null.
@@ -122,6 +133,15 @@ struct RoundOptions {
 
 class Round {
  public:
+  // Charged per frame in the log beyond its bytes: the log entry, the gRPC
+  // byte buffer and slice around it (about 400 bytes measured; issue 18).
+  static constexpr int64_t kFrameChargeBytes = 1024;
+  // Smaller frames are copied out of the transport's read buffers, which
+  // they would otherwise keep alive, so that the charge covers them.
+  static constexpr size_t kCompactFrameBytes = 4096;
+  // What a log entry costs once its frame is released.
+  static constexpr int64_t kLogEntryBytes = 64;
+
   // With a `journal`, every change to the round's log is appended to it
   // (RoundRecord) before it takes effect, and each kEnd is synced to disk
   // before the contribution counts, so a committed round's contributions
@@ -180,6 +200,12 @@ class Round {
   // now, false when it must wait for RoundStream::ResumeReading.
   bool OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                   PendingCallbacks* callbacks);
+  // ReplayChunk is OfferChunk for a chunk replayed from the journal, whose
+  // frame lies there at `journal_offset` (RestoreRound): while the round
+  // holds more than max_buffered_bytes, the oldest replayed frames leave
+  // memory, to be read back from the journal Restored hands over.
+  void ReplayChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
+                   int64_t journal_offset, PendingCallbacks* callbacks);
 
   // OfferReduceChunk folds an ALL_REDUCE chunk of `rank` (`meta`, with
   // meta.size bytes at `data`, which need not outlive the call, validated by
@@ -199,8 +225,10 @@ class Round {
                        PendingCallbacks* callbacks);
 
   // NextOutgoing tells `rank`'s stream what to do next. The stream must not
-  // have a write in flight.
-  Outgoing NextOutgoing(int rank);
+  // have a write in flight. A frame that left memory is read back from the
+  // journal here (under the round's lock); if it cannot be, the round fails
+  // with DATA_LOSS naming the journal.
+  Outgoing NextOutgoing(int rank, PendingCallbacks* callbacks);
 
   // WriteDone reports that `rank`'s last kFrame write finished; `ok` false
   // means the stream is gone (once the round completed, without resumable
@@ -285,9 +313,13 @@ class Round {
   struct LogEntry {
     int source_rank;
     grpc::ByteBuffer frame;
-    int64_t bytes;         // counted against max_buffered_bytes
+    int64_t bytes;         // its charge against max_buffered_bytes
     int pending_writes;    // receivers that have not written it yet
     bool in_tail = false;  // written by all, kept for resumes (tail_)
+    // A replayed frame that left memory: its bytes lie in the journal.
+    bool spilled = false;
+    int64_t journal_offset = -1;  // replayed frames: where they lie
+    int64_t journal_size = 0;     // and their length
   };
   struct RankState {
     bool attached = false;
@@ -295,6 +327,7 @@ class Round {
     std::weak_ptr<RoundStream> stream;
     int64_t expected_bytes = 0;
     int64_t received_bytes = 0;
+    int64_t chunks = 0;  // chunk frames received from it
     int64_t sent_bytes = 0;  // frame bytes its stream has written
     bool ended = false;
     Sha256Digest digest{};
@@ -345,6 +378,23 @@ class Round {
   // rank kEveryRank, a result frame for every rank.
   void Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
               PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RoomForFrameLocked is true when the log may take one more frame from
+  // `rank`; else it fails the round with RESOURCE_EXHAUSTED.
+  bool RoomForFrameLocked(int rank, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AcceptChunkLocked counts `rank`'s chunk and appends it to the log.
+  void AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
+                         int64_t payload_bytes, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SpillLocked drops the oldest replayed frames from memory while the round
+  // holds more than max_buffered_bytes.
+  void SpillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FrameBytes is the length of `entry`'s frame, in memory or spilled.
+  static int64_t FrameBytes(const LogEntry& entry);
+  // FrameLocked is the bytes of `entry`, read back from the journal when it
+  // was spilled.
+  absl::StatusOr<grpc::ByteBuffer> FrameLocked(const LogEntry& entry) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PauseIfFullLocked pauses `rank`'s reading when the round holds too much.
   bool PauseIfFullLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr int kEveryRank = -1;
@@ -416,6 +466,7 @@ class Round {
   bool first_chunk_seen_ ABSL_GUARDED_BY(mu_) = false;
   v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
   int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
+  size_t spill_cursor_ ABSL_GUARDED_BY(mu_) = 0;  // SpillLocked looks on here
   uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;  // BROADCAST's sender
   // ALL_REDUCE: the reduction, each rank's weight, the hash of the result
   // frames in the order they were made.

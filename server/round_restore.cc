@@ -99,9 +99,9 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
                   reinterpret_cast<const uint8_t*>(sink.data().data()),
                   &replayed);
             } else {
-              round->OfferChunk(rank, std::move(frame),
-                                static_cast<int64_t>(sink.meta().size),
-                                &replayed);
+              round->ReplayChunk(rank, std::move(frame),
+                                 static_cast<int64_t>(sink.meta().size),
+                                 record.payload_offset, &replayed);
             }
             return absl::OkStatus();
           }

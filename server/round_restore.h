@@ -8,9 +8,10 @@
 // the replay are dropped (they happened before the restart). Every rank
 // that had attached is then detached as of `now`, for its resume grace.
 //
-// A restored round holds every frame the journal replays in memory until the
-// ranks resume past them (up to the round's whole input, N·S bytes for an
-// all_gather), unlike a live round, which holds only its window.
+// A restored round holds no more than a live one: past max_buffered_bytes,
+// the oldest replayed frames stay in the journal, and each receiver's
+// stream reads them back when it reaches them (Round::ReplayChunk). An
+// all_reduce keeps its accumulators and result frames in memory, as live.
 #ifndef FEDGATHER_SERVER_ROUND_RESTORE_H_
 #define FEDGATHER_SERVER_ROUND_RESTORE_H_
 

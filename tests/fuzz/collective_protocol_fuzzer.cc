@@ -813,7 +813,12 @@ void Simulation::Lose(SimStream& s, absl::string_view why) {
 bool Simulation::Pump(SimStream& s, int frames, bool fail_last) {
   bool did = false;
   for (int i = 0; i < frames && !s.done && s.round != nullptr; ++i) {
-    Outgoing out = s.round->NextOutgoing(s.rank);
+    Outgoing out;
+    {
+      PendingCallbacks next;
+      out = s.round->NextOutgoing(s.rank, &next);
+      Settle(next);
+    }
     RankRecord& mine = rounds_[s.key].ranks[s.rank];
     switch (out.kind) {
       case Outgoing::Kind::kNothing:

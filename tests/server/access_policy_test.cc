@@ -23,11 +23,13 @@ identity_limits:
   spiffe://fedgather/site-2:
     max_concurrent_streams: 3
     max_contribution_bytes: 1024
+    max_rounds_in_flight: 2
 groups:
   - name: demo
     world_size: 2
     min_quorum: 1
     round_deadline: 1m30s
+    max_rounds_in_flight: 3
     members:
       spiffe://fedgather/site-2: participant
       spiffe://fedgather/site-1: participant
@@ -71,6 +73,8 @@ TEST(AccessPolicyTest, ParsesGroupsRolesAndQuorum) {
   EXPECT_EQ(configs[1].min_quorum, 0);
   EXPECT_EQ(configs[0].round_deadline, absl::Seconds(90));
   EXPECT_EQ(configs[1].round_deadline, absl::ZeroDuration());
+  EXPECT_EQ(configs[0].max_rounds_in_flight, 3);
+  EXPECT_EQ(configs[1].max_rounds_in_flight, kDefaultGroupRoundsInFlight);
   EXPECT_EQ(policy.RoleOf("spiffe://fedgather/dash", "demo"), Role::kObserver);
   EXPECT_EQ(policy.RoleOf("spiffe://fedgather/dash", "other"), std::nullopt);
   EXPECT_EQ(policy.sha256().size(), 64u);
@@ -155,6 +159,8 @@ TEST(AccessPolicyTest, LimitsAreDefaultsOverriddenPerIdentity) {
   EXPECT_EQ(site2.max_contribution_bytes, 1024);
   EXPECT_EQ(site2.max_concurrent_streams, 3);
   EXPECT_EQ(site2.max_tensors_per_contribution, 16);
+  EXPECT_EQ(site2.max_rounds_in_flight, 2);
+  EXPECT_EQ(site1.max_rounds_in_flight, IdentityLimits{}.max_rounds_in_flight);
 }
 
 TEST(AccessPolicyTest, SafeDefaultsWithoutLimits) {
@@ -166,6 +172,8 @@ TEST(AccessPolicyTest, SafeDefaultsWithoutLimits) {
   EXPECT_EQ(limits.max_tensors_per_contribution, 4096);
   EXPECT_EQ(limits.max_concurrent_streams, 32);
   EXPECT_EQ(limits.max_groups, 8);
+  EXPECT_EQ(limits.max_rounds_in_flight, 8);
+  EXPECT_EQ(policy.GroupConfigs()[0].max_rounds_in_flight, 4);
 }
 
 TEST(AccessPolicyTest, IdentitiesAreComparedExactly) {
@@ -234,6 +242,12 @@ TEST(AccessPolicyTest, RejectsMalformedPolicies) {
       {"'a'"});
   ExpectInvalid("version: 1\nlimits: {max_groups: 0}\n",
                 {"max_groups", "'0' is not a whole number"});
+  ExpectInvalid("version: 1\nlimits: {max_rounds_in_flight: 0}\n",
+                {"max_rounds_in_flight"});
+  ExpectInvalid(
+      "version: 1\ngroups:\n  - name: g\n    world_size: 1\n"
+      "    max_rounds_in_flight: 0\n    members: {a: participant}\n",
+      {"group 'g'", "max_rounds_in_flight"});
   ExpectInvalid("version: 1\nlimits: {max_contribution_bytes: 12XB}\n",
                 {"'12XB' is not a positive byte count"});
   ExpectInvalid("version: 1\nlimits: {max_streams: 3}\n",

@@ -63,6 +63,7 @@ class GroupStateTest : public ::testing::Test {
     config.name = "demo";
     config.world_size = 3;
     config.members = std::move(members);
+    config.max_rounds_in_flight = max_rounds_in_flight_;
     GroupLimits limits;
     limits.join_timeout = absl::Seconds(60);
     limits.round_timeout = absl::Seconds(30);
@@ -148,6 +149,7 @@ class GroupStateTest : public ::testing::Test {
   }
 
   absl::Duration resume_grace_ = absl::ZeroDuration();  // set before MakeGroup
+  int max_rounds_in_flight_ = kDefaultGroupRoundsInFlight;  // likewise
 
   void CheckTimers(absl::Time now) {
     PendingCallbacks callbacks;
@@ -163,7 +165,8 @@ class GroupStateTest : public ::testing::Test {
 
   // The round told `rank`'s stream to finish with this status.
   static absl::Status RoundFailure(Round& round, int rank) {
-    Outgoing out = round.NextOutgoing(rank);
+    PendingCallbacks callbacks;
+    Outgoing out = round.NextOutgoing(rank, &callbacks);
     EXPECT_EQ(out.kind, Outgoing::Kind::kFinish);
     return out.status;
   }
@@ -446,12 +449,12 @@ TEST_F(GroupStateTest, AnEndedEpochsCompletedRoundIsResumableUntilSettled) {
   // Ranks 1 and 2 get everything and their commit; rank 0's stream breaks.
   for (int r : {1, 2}) {
     for (;;) {
-      Outgoing out = round->NextOutgoing(r);
+      PendingCallbacks callbacks;
+      Outgoing out = round->NextOutgoing(r, &callbacks);
       if (out.kind != Outgoing::Kind::kFrame) {
         ASSERT_EQ(out.kind, Outgoing::Kind::kCommitAndFinish) << r;
         break;
       }
-      PendingCallbacks callbacks;
       round->WriteDone(r, /*ok=*/true, &callbacks);
     }
   }
@@ -479,6 +482,23 @@ TEST_F(GroupStateTest, AnEndedEpochsCompletedRoundIsResumableUntilSettled) {
   EXPECT_TRUE(Find("site-a", 0, 0, 1, At(4), true).ok());
   CheckTimers(At(7));
   EXPECT_EQ(Find("site-a", 0, 0, 1, At(7), true).status(), ended);
+}
+
+// Issue 18: one identity could hold a round per stream (31 at once).
+TEST_F(GroupStateTest, AHeaderPastMaxRoundsInFlightEndsTheEpoch) {
+  max_rounds_in_flight_ = 2;
+  MakeGroup();
+  Form();
+  ASSERT_TRUE(Find("site-a", 0, 0).ok());
+  ASSERT_TRUE(Find("site-a", 0, 1).ok());
+  ASSERT_TRUE(Find("site-b", 1, 0).ok());  // a round in flight: no new one
+  const absl::Status third = Find("site-a", 0, 2).status();
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
+  EXPECT_THAT(std::string(third.message()),
+              HasSubstr("group 'demo' epoch 1: rank 0 (site-a) started seq 2 "
+                        "while 2 rounds are in flight, the group's "
+                        "max_rounds_in_flight; the epoch ended"));
+  EXPECT_THAT(Session("site-b")->closes, ElementsAre(third));
 }
 
 TEST_F(GroupStateTest, FindRoundSharesOneRoundPerSeq) {
@@ -631,7 +651,9 @@ TEST_F(GroupStateTest, RoundDeadlineViaCheckTimers) {
 
   HeartbeatAll(At(39));
   CheckTimers(At(39));
-  EXPECT_EQ((*round)->NextOutgoing(0).kind, Outgoing::Kind::kNothing);
+  PendingCallbacks callbacks;
+  EXPECT_EQ((*round)->NextOutgoing(0, &callbacks).kind,
+            Outgoing::Kind::kNothing);
 
   HeartbeatAll(At(40));
   CheckTimers(At(40));

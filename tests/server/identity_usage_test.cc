@@ -36,6 +36,13 @@ TEST(IdentityUsageTest, RefusesPastTheLimitForThatIdentityOnly) {
   EXPECT_THAT(std::string(groups.message()),
               HasSubstr("1 group memberships, the limit its policy sets "
                         "(max_groups: 1)"));
+  absl::StatusOr<IdentityUsage::Lease> round =
+      usage.Acquire("a", Resource::kRounds, 1);
+  ASSERT_TRUE(round.ok());
+  EXPECT_THAT(
+      std::string(usage.Acquire("a", Resource::kRounds, 1).status().message()),
+      HasSubstr("1 rounds in flight, the limit its policy sets "
+                "(max_rounds_in_flight: 1)"));
   EXPECT_EQ(usage.InUse("a", Resource::kStreams), 2);
   EXPECT_EQ(usage.InUse("b", Resource::kStreams), 0);  // its lease is gone
 }

@@ -96,10 +96,17 @@ inline void DecodeInto(grpc::ByteBuffer frame, Received* got) {
   }
 }
 
+// Next asks the round what `rank`'s stream does next, and runs what that
+// queued (as a stream does once it has released its own lock).
+inline Outgoing Next(Round& round, int rank) {
+  PendingCallbacks callbacks;
+  return round.NextOutgoing(rank, &callbacks);
+}
+
 // PumpOne does what a stream does once it is woken and not writing: ask the
 // round what is next and, for a frame, "write" it. Returns the kind.
 inline Outgoing::Kind PumpOne(Round& round, int rank, Received* got) {
-  Outgoing out = round.NextOutgoing(rank);
+  Outgoing out = Next(round, rank);
   switch (out.kind) {
     case Outgoing::Kind::kNothing:
       break;
@@ -133,6 +140,8 @@ inline void Pump(Round& round, int rank, Received* got) {
 }
 
 constexpr int64_t kChunkBytes = 4;
+// What one such chunk is charged against max_buffered_bytes.
+constexpr int64_t kChunkCharge = kChunkBytes + Round::kFrameChargeBytes;
 
 // One F32 tensor of 2 elements: 8 bytes, sent as two 4-byte chunks.
 inline Fingerprint TwoFloats() { return {TensorSpec{"w", DType::kF32, {2}}}; }
@@ -287,7 +296,7 @@ class RoundHarness : public ::testing::Test {
   // Every rank's stream was told to finish with `status`.
   void ExpectAllFinishedWith(Round& round, const absl::Status& status) {
     for (size_t r = 0; r < received_.size(); ++r) {
-      Outgoing out = round.NextOutgoing(static_cast<int>(r));
+      Outgoing out = Next(round, static_cast<int>(r));
       EXPECT_EQ(out.kind, Outgoing::Kind::kFinish) << "rank " << r;
       EXPECT_EQ(out.status, status) << "rank " << r;
     }

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/bounded_text.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
@@ -64,7 +65,7 @@ TEST_F(RoundTest, World3ForwardsHeadersThenChunksToEveryOtherRank) {
   for (int r = 0; r < 3; ++r) {
     EXPECT_FALSE(received_[r].committed) << "rank " << r;
     EXPECT_FALSE(received_[r].finished) << "rank " << r;
-    EXPECT_EQ(round->NextOutgoing(r).kind, Outgoing::Kind::kNothing);
+    EXPECT_EQ(Next(*round, r).kind, Outgoing::Kind::kNothing);
   }
   EXPECT_EQ(round->BufferedBytes(), 0);
   EXPECT_TRUE(finished_.empty());
@@ -120,7 +121,7 @@ TEST_F(RoundTest, World3ForwardsHeadersThenChunksToEveryOtherRank) {
   EXPECT_TRUE(finished_[0].second.ok());
   // After the commit a stream has nothing more to do.
   for (int r = 0; r < 3; ++r) {
-    EXPECT_EQ(round->NextOutgoing(r).kind, Outgoing::Kind::kNothing);
+    EXPECT_EQ(Next(*round, r).kind, Outgoing::Kind::kNothing);
   }
 
   std::vector<EventKind> kinds = events_.Kinds();
@@ -155,42 +156,42 @@ TEST_F(RoundTest, FramesAreReleasedOnceEveryReceiverWroteThem) {
   ASSERT_TRUE(Attach(*round, 0).ok());
   const int64_t header0 = static_cast<int64_t>(
       HeaderFrame(0, v1::ALL_GATHER, TwoFloats()).Length());
-  EXPECT_EQ(round->BufferedBytes(), header0);
+  EXPECT_EQ(round->BufferedBytes(), header0 + Round::kFrameChargeBytes);
   ASSERT_TRUE(Attach(*round, 1).ok());
   ASSERT_TRUE(Attach(*round, 2).ok());
   PumpAll(*round);
   EXPECT_EQ(round->BufferedBytes(), 0);
 
   EXPECT_TRUE(Offer(*round, 0, 0));
-  EXPECT_EQ(round->BufferedBytes(), kChunkBytes);
+  EXPECT_EQ(round->BufferedBytes(), kChunkCharge);
   Pump(*round, 1, &received_[1]);
-  EXPECT_EQ(round->BufferedBytes(), kChunkBytes);  // rank 2 still needs it
+  EXPECT_EQ(round->BufferedBytes(), kChunkCharge);  // rank 2 still needs it
   Pump(*round, 0, &received_[0]);  // the uploader never holds its own frames
-  EXPECT_EQ(round->BufferedBytes(), kChunkBytes);
+  EXPECT_EQ(round->BufferedBytes(), kChunkCharge);
   Pump(*round, 2, &received_[2]);
   EXPECT_EQ(round->BufferedBytes(), 0);
 }
 
 TEST_F(RoundTest, BackpressurePausesUploaderUntilReceiversDrain) {
-  std::unique_ptr<Round> round = MakeRound(3, /*max_buffered_bytes=*/8);
+  std::unique_ptr<Round> round = MakeRound(3, /*max_buffered_bytes=*/2 * kChunkCharge);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(Attach(*round, r).ok());
   PumpAll(*round);
   ASSERT_EQ(round->BufferedBytes(), 0);
 
-  EXPECT_TRUE(Offer(*round, 0, 0));   // 4 of 8 bytes buffered
-  EXPECT_FALSE(Offer(*round, 0, 1));  // 8 of 8: wait for ResumeReading
-  EXPECT_EQ(round->BufferedBytes(), 8);
+  EXPECT_TRUE(Offer(*round, 0, 0));   // one of two chunks' charge held
+  EXPECT_FALSE(Offer(*round, 0, 1));  // two of two: wait for ResumeReading
+  EXPECT_EQ(round->BufferedBytes(), 2 * kChunkCharge);
   EXPECT_EQ(streams_[0]->resumes, 0);
 
   // Rank 1 writes both chunks, but rank 2 still holds them.
   Pump(*round, 1, &received_[1]);
   EXPECT_EQ(received_[1].data_by_rank[0], payloads_[0]);
-  EXPECT_EQ(round->BufferedBytes(), 8);
+  EXPECT_EQ(round->BufferedBytes(), 2 * kChunkCharge);
   EXPECT_EQ(streams_[0]->resumes, 0);
 
   // Rank 2 writes the first chunk: it is released and the uploader resumes.
   EXPECT_EQ(PumpOne(*round, 2, &received_[2]), Outgoing::Kind::kFrame);
-  EXPECT_EQ(round->BufferedBytes(), 4);
+  EXPECT_EQ(round->BufferedBytes(), kChunkCharge);
   EXPECT_EQ(streams_[0]->resumes, 1);
   Pump(*round, 2, &received_[2]);
   EXPECT_EQ(round->BufferedBytes(), 0);
@@ -201,28 +202,61 @@ TEST_F(RoundTest, BackpressurePausesUploaderUntilReceiversDrain) {
 }
 
 TEST_F(RoundTest, PausedUploadersResumeOnlyBelowTheLimit) {
-  std::unique_ptr<Round> round = MakeRound(2, /*max_buffered_bytes=*/8);
+  std::unique_ptr<Round> round = MakeRound(2, /*max_buffered_bytes=*/2 * kChunkCharge);
   ASSERT_TRUE(Attach(*round, 0).ok());
   ASSERT_TRUE(Attach(*round, 1).ok());
   PumpAll(*round);
   ASSERT_EQ(round->BufferedBytes(), 0);
 
-  EXPECT_TRUE(Offer(*round, 0, 0));   // 4
-  EXPECT_FALSE(Offer(*round, 1, 0));  // 8: rank 1 waits
-  EXPECT_FALSE(Offer(*round, 0, 1));  // 12: rank 0 waits too
+  EXPECT_TRUE(Offer(*round, 0, 0));   // one chunk's charge
+  EXPECT_FALSE(Offer(*round, 1, 0));  // two: rank 1 waits
+  EXPECT_FALSE(Offer(*round, 0, 1));  // three: rank 0 waits too
 
-  // Rank 1 writes rank 0's first chunk: 8 bytes remain, still at the limit.
+  // Rank 1 writes rank 0's first chunk: two remain, still at the limit.
   EXPECT_EQ(PumpOne(*round, 1, &received_[1]), Outgoing::Kind::kFrame);
-  EXPECT_EQ(round->BufferedBytes(), 8);
+  EXPECT_EQ(round->BufferedBytes(), 2 * kChunkCharge);
   EXPECT_EQ(streams_[0]->resumes, 0);
   EXPECT_EQ(streams_[1]->resumes, 0);
 
   // Below the limit now: both paused uploaders resume.
   EXPECT_EQ(PumpOne(*round, 1, &received_[1]), Outgoing::Kind::kFrame);
-  EXPECT_EQ(round->BufferedBytes(), 4);
+  EXPECT_EQ(round->BufferedBytes(), kChunkCharge);
   EXPECT_EQ(streams_[0]->resumes, 1);
   EXPECT_EQ(streams_[1]->resumes, 1);
   EXPECT_EQ(received_[1].data_by_rank[0], payloads_[0]);
+}
+
+// Issue 18: 1-byte chunks made a server hold 3.1 GiB while 7.2 MB counted
+// against the limit. Each frame is charged what holds it, so the uploader
+// is paused after limit / charge frames, however small they are.
+TEST_F(RoundTest, TinyChunksAreChargedWhatHoldsThem) {
+  std::unique_ptr<Round> round = MakeRound(2, 10 * kChunkCharge);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  PumpAll(*round);
+  int accepted = 0;
+  while (Offer(*round, 0, accepted % 2) && accepted < 100) ++accepted;
+  EXPECT_EQ(accepted, 9);  // the 10th frame reached the limit
+  EXPECT_EQ(round->BufferedBytes(), 10 * kChunkCharge);
+  EXPECT_TRUE(round->Failure().ok());
+}
+
+// A log entry outlives its frame, so a round takes a bounded number of
+// frames: max_buffered_bytes / kLogEntryBytes, headers included.
+TEST_F(RoundTest, ARoundTakesABoundedNumberOfFrames) {
+  std::unique_ptr<Round> round = MakeRound(2, 6 * Round::kLogEntryBytes);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  PumpAll(*round);
+  for (int i = 0; i < 4; ++i) Offer(*round, 0, i % 2);  // paused: no matter
+  ASSERT_TRUE(round->Failure().ok());
+  EXPECT_FALSE(Offer(*round, 0, 0));
+  const absl::Status failure = round->Failure();
+  EXPECT_EQ(failure.code(), absl::StatusCode::kResourceExhausted) << failure;
+  EXPECT_THAT(std::string(failure.message()),
+              HasSubstr("group 'demo' epoch 1 seq 0: rank 0 (site-a) sent "
+                        "chunk 5, but a round takes at most 6 frames"));
+  ExpectAllFinishedWith(*round, failure);
 }
 
 TEST_F(RoundTest, OpMismatchFailsEveryRank) {
@@ -245,6 +279,26 @@ TEST_F(RoundTest, OpMismatchFailsEveryRank) {
   ASSERT_FALSE(events_.events.empty());
   EXPECT_EQ(events_.events.back().kind, EventKind::kRoundFailed);
   EXPECT_EQ(events_.events.back().status, status);
+}
+
+// Issue 18: what a round keeps, sends and reports of a failure is bounded,
+// however long the message it failed with.
+TEST_F(RoundTest, AFailureMessageIsBoundedEverywhereItGoes) {
+  std::unique_ptr<Round> round = MakeRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  PendingCallbacks callbacks;
+  round->Fail(absl::InvalidArgumentError(std::string(1 << 20, 'x')),
+              &callbacks);
+  callbacks.Run();
+  const absl::Status failure = round->Failure();
+  EXPECT_EQ(failure.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LE(failure.message().size(), kMaxStatusMessageBytes + 32);
+  EXPECT_THAT(std::string(failure.message()), HasSubstr("bytes)"));
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_EQ(finished_[0].second, failure);
+  ASSERT_FALSE(events_.events.empty());
+  EXPECT_EQ(events_.events.back().status, failure);
+  ExpectAllFinishedWith(*round, failure);
 }
 
 TEST_F(RoundTest, FingerprintMismatchFailsEveryRankNamingBoth) {
@@ -346,7 +400,7 @@ TEST_F(RoundTest, FailedWriteBeforeCompletionFailsEveryone) {
   std::unique_ptr<Round> round = MakeRound(2);
   ASSERT_TRUE(Attach(*round, 0).ok());
   ASSERT_TRUE(Attach(*round, 1).ok());
-  Outgoing out = round->NextOutgoing(1);
+  Outgoing out = Next(*round, 1);
   ASSERT_EQ(out.kind, Outgoing::Kind::kFrame);
   {
     PendingCallbacks callbacks;
@@ -387,7 +441,7 @@ TEST_F(RoundTest, ReceiverLostAfterCompletionReleasesItsFrames) {
   // reactor ignores wake-ups once lost), so nothing else would release them
   // (found by collective_protocol_fuzzer).
   EXPECT_EQ(round->BufferedBytes(), 0);
-  Outgoing out = round->NextOutgoing(0);
+  Outgoing out = Next(*round, 0);
   EXPECT_EQ(out.kind, Outgoing::Kind::kFinish);
   EXPECT_EQ(out.status.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(round->BufferedBytes(), 0);
@@ -410,7 +464,7 @@ TEST_F(RoundTest, ReceiverWhoseWriteFailsAfterCompletionReleasesItsFrames) {
   ASSERT_GT(round->BufferedBytes(), 0);  // rank 0 has written nothing
   // Rank 0's first write fails; its reactor then reports the stream lost
   // and never calls NextOutgoing again (found by collective_protocol_fuzzer).
-  ASSERT_EQ(round->NextOutgoing(0).kind, Outgoing::Kind::kFrame);
+  ASSERT_EQ(Next(*round, 0).kind, Outgoing::Kind::kFrame);
   PendingCallbacks callbacks;
   round->WriteDone(0, /*ok=*/false, &callbacks);
   round->StreamLost(0, "stopped receiving", absl::InfinitePast(), &callbacks);
@@ -602,9 +656,13 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
     if (e.kind == EventKind::kStreamResumed) event = &e;
   }
   ASSERT_NE(event, nullptr);
-  EXPECT_THAT(event->details, ::testing::Contains(std::make_pair(
-                                  std::string("download_bytes_resent"),
-                                  absl::StrCat(kChunkBytes))));
+  // The frame bytes sent again: rank 0's first chunk frame.
+  const ChunkMeta first{0, 0, 0, static_cast<uint64_t>(kChunkBytes)};
+  EXPECT_THAT(event->details,
+              ::testing::Contains(std::make_pair(
+                  std::string("download_bytes_resent"),
+                  absl::StrCat(EncodeChunkFrame(first, payloads_[0].data())
+                                   .Length()))));
 }
 
 TEST_F(RoundTest, DeliveredFramesStayForResumesUntilTheGraceAfterTheCommits) {
@@ -785,7 +843,7 @@ TEST_F(RoundTest, WorldSizeOneCompletesWithItsOwnContribution) {
   EXPECT_TRUE(Offer(*round, 0, 0));
   EXPECT_TRUE(Offer(*round, 0, 1));
   EXPECT_EQ(round->BufferedBytes(), 0);
-  EXPECT_EQ(round->NextOutgoing(0).kind, Outgoing::Kind::kNothing);
+  EXPECT_EQ(Next(*round, 0).kind, Outgoing::Kind::kNothing);
   End(*round, 0);
   ASSERT_EQ(finished_.size(), 1u);
   EXPECT_TRUE(finished_[0].second.ok());
@@ -799,7 +857,7 @@ TEST_F(RoundTest, WorldSizeOneCompletesWithItsOwnContribution) {
   const Sha256Digest expected = DigestOf(0);
   EXPECT_EQ(digest.sha256(), std::string(expected.begin(), expected.end()));
   EXPECT_EQ(digest.bytes(), 8u);
-  EXPECT_EQ(round->NextOutgoing(0).kind, Outgoing::Kind::kNothing);
+  EXPECT_EQ(Next(*round, 0).kind, Outgoing::Kind::kNothing);
 }
 
 TEST_F(RoundTest, DescribeNamesTheRound) {
@@ -880,7 +938,7 @@ TEST_F(ReduceRoundTest, EveryRankGetsOnlyTheResultAndTheCommitHashesIt) {
     // No frame goes out before the last rank's chunk.
     if (r < 2) {
       for (int q = 0; q < 3; ++q) {
-        EXPECT_EQ(round->NextOutgoing(q).kind, Outgoing::Kind::kNothing);
+        EXPECT_EQ(Next(*round, q).kind, Outgoing::Kind::kNothing);
       }
     }
   }
@@ -938,7 +996,7 @@ TEST_F(ReduceRoundTest, QuorumDeadlineFinishesTheChunksTheContributorsSent) {
   EndWith(*round, 0, {1, 2});
   EndWith(*round, 1, {3, 6});
   // Waiting for rank 2: nothing goes out.
-  EXPECT_EQ(round->NextOutgoing(0).kind, Outgoing::Kind::kNothing);
+  EXPECT_EQ(Next(*round, 0).kind, Outgoing::Kind::kNothing);
   CheckDeadline(*round, absl::FromUnixSeconds(100));
   Pump(*round, 0, &received_[0]);
   Pump(*round, 1, &received_[1]);

@@ -182,7 +182,6 @@ ConnectionGate::ConnectionGate(ConnectionGateOptions options,
 
 ConnectionGate::~ConnectionGate() {
   Stop();
-  for (int fd : listeners_) ::close(fd);
   for (int fd : wake_) {
     if (fd >= 0) ::close(fd);
   }
@@ -195,11 +194,14 @@ void ConnectionGate::Start(
 }
 
 void ConnectionGate::Stop() {
-  if (!thread_.joinable()) return;
-  const char byte = 0;
-  while (::write(wake_[1], &byte, 1) < 0 && errno == EINTR) {
+  if (thread_.joinable()) {
+    const char byte = 0;
+    while (::write(wake_[1], &byte, 1) < 0 && errno == EINTR) {
+    }
+    thread_.join();
   }
-  thread_.join();
+  for (int fd : listeners_) ::close(fd);
+  listeners_.clear();
 }
 
 void ConnectionGate::Run() {

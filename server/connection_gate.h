@@ -56,7 +56,7 @@ class ConnectionGate {
   // names the address and the system's error).
   static absl::StatusOr<std::unique_ptr<ConnectionGate>> Bind(
       ConnectionGateOptions options);
-  ~ConnectionGate();  // Stop, then closes the listening sockets
+  ~ConnectionGate();  // Stop
   ConnectionGate(const ConnectionGate&) = delete;
   ConnectionGate& operator=(const ConnectionGate&) = delete;
 
@@ -70,8 +70,10 @@ class ConnectionGate {
   // connection handed to it before (or after) that.
   void Start(
       std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor);
-  // Stop stops accepting and joins the thread; connections handed over
-  // stay gRPC's. Call before the gRPC server shuts down. Idempotent.
+  // Stop stops accepting, joins the thread and closes the listening
+  // sockets (new connections are then refused by the system); connections
+  // handed over stay gRPC's. Call before the gRPC server shuts down.
+  // Idempotent.
   void Stop();
 
  private:
@@ -89,7 +91,7 @@ class ConnectionGate {
   void Report(absl::Time now);
 
   const ConnectionGateOptions options_;
-  const std::vector<int> listeners_;
+  std::vector<int> listeners_;  // closed by Stop
   const int port_;
   int wake_[2] = {-1, -1};  // a pipe: Stop writes, Run returns
   std::shared_ptr<OpenConnections> open_ = std::make_shared<OpenConnections>();

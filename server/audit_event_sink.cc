@@ -46,6 +46,8 @@ std::string ActionOf(const ServerEvent& event) {
       return "equivocation";
     case EventKind::kGroupRestored:
       return "restore";
+    case EventKind::kConnectionsRefused:
+      return "connections_refused";
   }
   return EventKindName(event.kind);
 }

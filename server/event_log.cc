@@ -97,6 +97,7 @@ LogLevel LevelOf(const ServerEvent& event) {
     case EventKind::kGroupRestored:
       return event.status.ok() ? LogLevel::kInfo : LogLevel::kError;
     case EventKind::kAccessDenied:
+    case EventKind::kConnectionsRefused:
     case EventKind::kLimitExceeded:
     case EventKind::kJoinRefused:
     case EventKind::kCollectiveRefused:

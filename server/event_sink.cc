@@ -44,6 +44,8 @@ const char* EventKindName(EventKind kind) {
       return "equivocation";
     case EventKind::kGroupRestored:
       return "group_restored";
+    case EventKind::kConnectionsRefused:
+      return "connections_refused";
   }
   return "unknown";
 }

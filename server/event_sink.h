@@ -42,6 +42,9 @@ enum class EventKind {
   kEquivocation,          // a rank sent different data under one round key
   kGroupRestored,         // a restart restored the group's epoch from its
                           // state directory; details: rounds, journal bytes
+  kConnectionsRefused,    // TCP connections refused by the connection caps
+                          // since the last such event (at most one per
+                          // period); details: counts by limit
 };
 
 const char* EventKindName(EventKind kind);

@@ -3,6 +3,8 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/server_builder.h>
 
+#include <climits>
+
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -20,6 +22,13 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   if (options.certificate_recheck_period <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         "the certificate re-check period must be positive");
+  }
+  if (options.connection_idle_timeout <= absl::ZeroDuration() ||
+      options.connection_idle_timeout > absl::Milliseconds(INT_MAX)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the connection idle timeout must be positive and at most ",
+        absl::FormatDuration(absl::Milliseconds(INT_MAX)), ", not ",
+        absl::FormatDuration(options.connection_idle_timeout)));
   }
   if (options.limits.max_chunk_bytes < 1 ||
       options.limits.max_chunk_bytes > (int64_t{4} << 20)) {
@@ -82,9 +91,24 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   // answers SERVING from here on and NOT_SERVING once Shutdown begins. It
   // runs no access check (it tells nothing but that); see docs/security.md.
   grpc::EnableDefaultHealthCheckService(true);
+  // The gate listens and accepts; gRPC gets the connections it admits.
+  ConnectionGateOptions gate;
+  gate.listen_address = o.listen_address;
+  gate.max_total = o.max_connections;
+  gate.max_per_address = o.max_connections_per_address;
+  gate.events = o.limits.events;
+  gate.metrics = server->metrics_.get();
+  FG_ASSIGN_OR_RETURN(server->gate_, ConnectionGate::Bind(std::move(gate)));
+  server->port_ = server->gate_->port();
+  if (server->metrics_ != nullptr) {
+    server->metrics_->WatchConnections(server->gate_->open());
+  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(o.listen_address, MakeServerCredentials(o.tls),
-                           &server->port_);
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::
+              FROM_FD,
+          MakeServerCredentials(o.tls));
   builder.RegisterService(server->service_.get());
   builder.RegisterService(server->admin_.get());
   // A chunk frame is at most max_chunk_bytes plus a few bytes of framing; a
@@ -95,17 +119,23 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   builder.AddChannelArgument(
       GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
       static_cast<int>(absl::ToInt64Milliseconds(o.first_frame_timeout)));
+  // A connection without a call for this long is closed (a member's
+  // Session stream keeps its connection busy for the whole epoch).
+  builder.AddChannelArgument(
+      GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(o.connection_idle_timeout)));
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  if (server->server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", o.listen_address,
-        " (address in use, or the TLS certificate and key do not match)"));
+        "cannot serve on ", o.listen_address,
+        ": gRPC did not start (do the TLS certificate and key match?)"));
   }
+  server->gate_->Start(std::move(acceptor));
   // The restore above may have taken seconds (journals are replayed): the
   // restored members' grace to resume starts now that they can reach us.
   server->registry_->StartResumeGrace(o.clock());
@@ -183,6 +213,8 @@ absl::Status FedgatherServer::Shutdown(absl::Duration grace) {
   std::call_once(shutdown_once_, [this, grace] {
     stop_.Notify();
     if (timers_.joinable()) timers_.join();
+    // No connection reaches gRPC once it shuts down (it would leak there).
+    if (gate_ != nullptr) gate_->Stop();
     // Cancel open streams once the grace is over rather than wait for rounds
     // to finish.
     if (server_ != nullptr) {

@@ -23,6 +23,7 @@
 #include "server/admin_service.h"
 #include "server/audit_event_sink.h"
 #include "server/audit_log.h"
+#include "server/connection_gate.h"
 #include "server/first_frame_deadlines.h"
 #include "server/group_registry.h"
 #include "server/rendezvous_service.h"
@@ -46,6 +47,14 @@ struct ServerOptions {
   // new Session or Collective stream to send its first message, before it
   // is closed (server/first_frame_deadlines.h).
   absl::Duration first_frame_timeout = absl::Seconds(10);
+  // A connection with no open call (stream) for this long is closed with a
+  // GOAWAY (GRPC_ARG_MAX_CONNECTION_IDLE_MS). The time runs from the end of
+  // its TLS handshake, so it also bounds a connection that never opens one.
+  absl::Duration connection_idle_timeout = absl::Seconds(60);
+  // Connections beyond these caps are refused before their TLS handshake
+  // (server/connection_gate.h).
+  int max_connections = 1024;
+  int max_connections_per_address = 128;
   // How often live sessions' certificates are verified again (expiry; a
   // reload also re-checks them at once).
   absl::Duration certificate_recheck_period = absl::Seconds(30);
@@ -100,6 +109,7 @@ class FedgatherServer {
   std::unique_ptr<AuditLog> audit_log_;
   std::unique_ptr<AuditEventSink> audit_sink_;
   std::unique_ptr<ServerMetrics> metrics_;  // outlives the gRPC server
+  std::unique_ptr<ConnectionGate> gate_;    // stopped before the server
   std::unique_ptr<GroupRegistry> registry_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<FirstFrameDeadlines> first_frame_;

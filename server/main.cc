@@ -3,8 +3,10 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -49,6 +51,23 @@ bool IsLoopbackListen(const std::string& listen) {
          (ntohl(ipv4.s_addr) >> 24) == 127;
 }
 
+// Files the server keeps open besides its connections: listeners, the audit
+// log, journals, gRPC's own, the metrics endpoint's.
+constexpr rlim_t kFilesBesidesConnections = 256;
+
+// RaiseFileLimit raises the soft RLIMIT_NOFILE towards `needed` (up to the
+// hard limit) and returns the soft limit it leaves.
+rlim_t RaiseFileLimit(rlim_t needed) {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0) return 0;
+  if (files.rlim_cur < needed) {
+    rlimit raised = files;
+    raised.rlim_cur = std::min(needed, files.rlim_max);
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) files = raised;
+  }
+  return files.rlim_cur;
+}
+
 constexpr char kPlaintextWarning[] =
     "****************************************************************\n"
     "* fedgather-server: --insecure-plaintext-for-benchmarks         *\n"
@@ -70,6 +89,8 @@ int main(int argc, char** argv) {
   double cert_recheck = 30;
   double round_timeout = 300, join_timeout = 300, heartbeat_interval = 1,
          heartbeat_timeout = 5, first_frame_timeout = 10;
+  double connection_idle_timeout = 60;
+  int max_connections = 1024, max_connections_per_address = 128;
   int64_t max_buffered_mib = 256;
   double resume_grace = 10;
   int64_t resume_window_mib = 32;
@@ -124,6 +145,22 @@ int main(int argc, char** argv) {
   app.add_option("--first-frame-timeout", first_frame_timeout,
                  "seconds a new connection may take to finish its TLS "
                  "handshake, and a new stream to send its first message")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--connection-idle-timeout", connection_idle_timeout,
+                 "seconds a connection may stay without an open call (from "
+                 "its TLS handshake or its last call's end) before it is "
+                 "closed; a member's session keeps its connection busy")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections", max_connections,
+                 "open client connections, all addresses together; more are "
+                 "refused before the TLS handshake")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections-per-address", max_connections_per_address,
+                 "open client connections from one IP address; more are "
+                 "refused before the TLS handshake")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   app.add_option("--max-buffered-mib", max_buffered_mib,
@@ -253,6 +290,21 @@ int main(int argc, char** argv) {
   options.limits.heartbeat_interval = Seconds(heartbeat_interval);
   options.limits.heartbeat_timeout = Seconds(heartbeat_timeout);
   options.first_frame_timeout = Seconds(first_frame_timeout);
+  options.connection_idle_timeout = Seconds(connection_idle_timeout);
+  options.max_connections = max_connections;
+  options.max_connections_per_address = max_connections_per_address;
+  const rlim_t needed =
+      static_cast<rlim_t>(max_connections) + kFilesBesidesConnections;
+  if (const rlim_t files = RaiseFileLimit(needed); files < needed) {
+    events.Log(
+        LogLevel::kWarning,
+        absl::StrCat("RLIMIT_NOFILE allows ", files,
+                     " open files, fewer than --max-connections (",
+                     max_connections, ") plus ", kFilesBesidesConnections,
+                     " for the server's own: once the fds run out, "
+                     "connections are refused (no_fds) below the cap; "
+                     "raise the hard limit (ulimit -Hn)"));
+  }
   options.limits.max_buffered_bytes_per_round = max_buffered_mib << 20;
   options.limits.resume_grace = Seconds(resume_grace);
   options.limits.resume_window_bytes = resume_window_mib << 20;

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "server/audit_log.h"
 #include "server/group_registry.h"
+#include "server/open_connections.h"
 
 namespace fedgather::server {
 namespace {
@@ -41,6 +42,10 @@ class StateCollectable : public prometheus::Collectable {
     registry_ = registry;
     audit_ = audit;
     limit_ = limit;
+  }
+  void WatchConnections(std::shared_ptr<const OpenConnections> open) {
+    absl::MutexLock lock(&mu_);
+    open_ = std::move(open);
   }
 
   std::vector<prometheus::MetricFamily> Collect() const override {
@@ -96,6 +101,14 @@ class StateCollectable : public prometheus::Collectable {
       written.metric.push_back(std::move(metric));
       families.push_back(std::move(written));
     }
+    if (open_ != nullptr) {
+      prometheus::MetricFamily open = Family(
+          "fedgather_connections_open",
+          "TCP connections admitted by the connection caps and still open",
+          prometheus::MetricType::Gauge);
+      AddGauge(&open, {}, open_->Count());
+      families.push_back(std::move(open));
+    }
     return families;
   }
 
@@ -121,6 +134,7 @@ class StateCollectable : public prometheus::Collectable {
   const GroupRegistry* registry_ ABSL_GUARDED_BY(mu_) = nullptr;
   const AuditLog* audit_ ABSL_GUARDED_BY(mu_) = nullptr;
   int64_t limit_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const OpenConnections> open_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace
@@ -173,7 +187,14 @@ struct ServerMetrics::Impl {
         streams(prometheus::BuildGauge()
                     .Name("fedgather_streams_active")
                     .Help("open streams, by kind")
-                    .Register(*registry)) {}
+                    .Register(*registry)),
+        connections_refused(
+            prometheus::BuildCounter()
+                .Name("fedgather_connections_refused_total")
+                .Help("TCP connections refused before their TLS handshake, "
+                      "by limit (per_address, total; no_fds counts the "
+                      "accepts that found no free file descriptor)")
+                .Register(*registry)) {}
 
   prometheus::Exposer exposer;
   std::shared_ptr<prometheus::Registry> registry;
@@ -188,6 +209,7 @@ struct ServerMetrics::Impl {
   prometheus::Family<prometheus::Histogram>& round_seconds;
   prometheus::Family<prometheus::Histogram>& first_byte_seconds;
   prometheus::Family<prometheus::Gauge>& streams;
+  prometheus::Family<prometheus::Counter>& connections_refused;
   EventSink* next = nullptr;
 
   absl::Mutex mu;
@@ -232,6 +254,11 @@ int ServerMetrics::port() const {
 void ServerMetrics::Watch(const GroupRegistry* registry, const AuditLog* audit,
                           int64_t max_buffered_bytes_per_round) {
   impl_->state->Watch(registry, audit, max_buffered_bytes_per_round);
+}
+
+void ServerMetrics::WatchConnections(
+    std::shared_ptr<const OpenConnections> open) {
+  impl_->state->WatchConnections(std::move(open));
 }
 
 void ServerMetrics::OnEvent(const ServerEvent& event) {
@@ -324,6 +351,10 @@ void ServerMetrics::StreamClosed(StreamKind kind) {
   impl_->streams
       .Add({{"kind", kind == StreamKind::kSession ? "session" : "collective"}})
       .Decrement();
+}
+
+void ServerMetrics::ConnectionRefused(const std::string& limit) {
+  impl_->connections_refused.Add({{"limit", limit}}).Increment();
 }
 
 }  // namespace fedgather::server

@@ -9,10 +9,13 @@
 //   * the rounds' data path: payload bytes in and out and the time to a
 //     round's first forwarded chunk, by group (BytesIn, BytesOut,
 //     FirstChunk);
-//   * the reactors: streams open, by kind (StreamOpened, StreamClosed).
+//   * the reactors: streams open, by kind (StreamOpened, StreamClosed);
+//   * the connection gate: connections refused, by limit
+//     (ConnectionRefused).
 // Gauges that describe the present (members by connection state, rounds in
-// flight, buffered bytes against the limit, audit records written) are
-// computed from a GroupRegistry and an AuditLog at scrape time.
+// flight, buffered bytes against the limit, audit records written, TCP
+// connections open) are computed from a GroupRegistry, an AuditLog and
+// OpenConnections at scrape time.
 //
 // Labels stay bounded: groups come from the policy (events about a group a
 // caller only named, such as a refused join, are not labelled with it), and
@@ -34,6 +37,7 @@ namespace fedgather::server {
 
 class AuditLog;
 class GroupRegistry;
+class OpenConnections;
 
 enum class StreamKind { kSession, kCollective };
 
@@ -56,6 +60,9 @@ class ServerMetrics : public EventSink {
   void Watch(const GroupRegistry* registry, const AuditLog* audit,
              int64_t max_buffered_bytes_per_round);
 
+  // WatchConnections sets where fedgather_connections_open comes from.
+  void WatchConnections(std::shared_ptr<const OpenConnections> open);
+
   void OnEvent(const ServerEvent& event) override;
 
   void BytesIn(const std::string& group, int64_t bytes);
@@ -63,6 +70,9 @@ class ServerMetrics : public EventSink {
   void FirstChunk(const std::string& group, absl::Duration since_round_start);
   void StreamOpened(StreamKind kind);
   void StreamClosed(StreamKind kind);
+  // ConnectionRefused counts one connection refused for `limit`
+  // (per_address, total, no_fds).
+  void ConnectionRefused(const std::string& limit);
 
  private:
   struct Impl;

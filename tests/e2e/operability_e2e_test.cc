@@ -21,6 +21,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/e2e/server_process.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -30,44 +31,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int64_t kBytes = 1 << 20;
-
-// Scrape GETs http://127.0.0.1:port/metrics and returns the body.
-std::string Scrape(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(
-      ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  const std::string request =
-      "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-  EXPECT_EQ(::write(fd, request.data(), request.size()),
-            static_cast<ssize_t>(request.size()));
-  std::string response;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) > 0;) {
-    response.append(buffer, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  const size_t body = response.find("\r\n\r\n");
-  EXPECT_NE(body, std::string::npos) << response;
-  return body == std::string::npos ? "" : response.substr(body + 4);
-}
-
-// Value returns the sample `series` (name and labels, exactly as exposed)
-// of `text`, or -1 when it is absent.
-double Value(const std::string& text, const std::string& series) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    if (absl::StartsWith(line, series + " ")) {
-      double value = 0;
-      if (absl::SimpleAtod(line.substr(series.size() + 1), &value)) {
-        return value;
-      }
-    }
-  }
-  return -1;
-}
 
 // Gathers kBytes from each rank of `group`; each rank's byte is its rank.
 absl::Status Gather(Group& group) {
@@ -145,56 +108,71 @@ TEST(MetricsTest, ScrapedDuringAndAfterARound) {
   ASSERT_TRUE(status[1].ok()) << status[1];
 
   // During: one round in flight, rank 0's megabyte in, nothing completed.
-  EXPECT_EQ(Value(during, "fedgather_rounds_in_flight{group=\"demo\"}"), 1)
+  EXPECT_EQ(MetricValue(during, "fedgather_rounds_in_flight{group=\"demo\"}"),
+            1)
       << during;
-  EXPECT_EQ(Value(during, "fedgather_rounds_started_total{group=\"demo\"}"), 1);
   EXPECT_EQ(
-      Value(during, "fedgather_payload_bytes_received_total{group=\"demo\"}"),
+      MetricValue(during, "fedgather_rounds_started_total{group=\"demo\"}"), 1);
+  EXPECT_EQ(
+      MetricValue(during,
+                  "fedgather_payload_bytes_received_total{group=\"demo\"}"),
       kBytes);
-  EXPECT_EQ(Value(during, "fedgather_rounds_completed_total{group=\"demo\"}"),
-            -1);
   EXPECT_EQ(
-      Value(during, "fedgather_members{group=\"demo\",state=\"connected\"}"),
+      MetricValue(during, "fedgather_rounds_completed_total{group=\"demo\"}"),
+      -1);
+  EXPECT_EQ(
+      MetricValue(during,
+                  "fedgather_members{group=\"demo\",state=\"connected\"}"),
       2);
-  EXPECT_EQ(Value(during, "fedgather_streams_active{kind=\"session\"}"), 2);
-  EXPECT_EQ(Value(during, "fedgather_streams_active{kind=\"collective\"}"), 1);
-  EXPECT_EQ(Value(during, "fedgather_buffered_bytes_limit"), 256 << 20);
+  EXPECT_EQ(MetricValue(during, "fedgather_streams_active{kind=\"session\"}"),
+            2);
+  EXPECT_EQ(
+      MetricValue(during, "fedgather_streams_active{kind=\"collective\"}"), 1);
+  EXPECT_EQ(MetricValue(during, "fedgather_buffered_bytes_limit"), 256 << 20);
 
   // After: one round completed, both megabytes in, each sent once to the
   // other rank (plus framing), the duration observed once.
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   std::string after = Scrape(port);
-  while (Value(after, "fedgather_streams_active{kind=\"collective\"}") != 0 &&
+  while (MetricValue(after, "fedgather_streams_active{kind=\"collective\"}") !=
+             0 &&
          absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(20));
     after = Scrape(port);
   }
-  EXPECT_EQ(Value(after, "fedgather_rounds_completed_total{group=\"demo\"}"), 1)
-      << after;
-  EXPECT_EQ(Value(after, "fedgather_rounds_in_flight{group=\"demo\"}"), 0);
   EXPECT_EQ(
-      Value(after, "fedgather_payload_bytes_received_total{group=\"demo\"}"),
+      MetricValue(after, "fedgather_rounds_completed_total{group=\"demo\"}"), 1)
+      << after;
+  EXPECT_EQ(MetricValue(after, "fedgather_rounds_in_flight{group=\"demo\"}"),
+            0);
+  EXPECT_EQ(
+      MetricValue(after,
+                  "fedgather_payload_bytes_received_total{group=\"demo\"}"),
       2 * kBytes);
   const double sent =
-      Value(after, "fedgather_frame_bytes_sent_total{group=\"demo\"}");
+      MetricValue(after, "fedgather_frame_bytes_sent_total{group=\"demo\"}");
   EXPECT_GT(sent, 2 * kBytes);
   EXPECT_LT(sent, 2 * kBytes + 4096);
   EXPECT_EQ(
-      Value(after, "fedgather_round_duration_seconds_count{group=\"demo\"}"),
+      MetricValue(after,
+                  "fedgather_round_duration_seconds_count{group=\"demo\"}"),
       1);
-  EXPECT_EQ(Value(after,
+  EXPECT_EQ(
+      MetricValue(after,
                   "fedgather_round_time_to_first_byte_seconds_count{group="
                   "\"demo\"}"),
-            1);
-  EXPECT_EQ(Value(after, "fedgather_streams_active{kind=\"collective\"}"), 0);
-  EXPECT_GT(Value(after, "fedgather_audit_records_written_total"), 0);
+      1);
+  EXPECT_EQ(MetricValue(after, "fedgather_streams_active{kind=\"collective\"}"),
+            0);
+  EXPECT_GT(MetricValue(after, "fedgather_audit_records_written_total"), 0);
   // A refused join is counted by action and code, with no group label.
   std::unique_ptr<Client> stranger = cluster.Connect(TestCluster::Site(0));
   EXPECT_FALSE(stranger->Join({"nope", 2, 0, absl::Seconds(5)}).ok());
-  EXPECT_EQ(Value(Scrape(port),
+  EXPECT_EQ(
+      MetricValue(Scrape(port),
                   "fedgather_denials_total{action=\"join\",reason=\"PERMISSION_"
                   "DENIED\"}"),
-            1);
+      1);
 }
 
 TEST(DrainTest, TheRoundInFlightFinishesThenTheEpochEnds) {

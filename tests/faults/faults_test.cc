@@ -28,7 +28,9 @@
 #include "common/tls_credentials.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 #include "tests/common/process_stats.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/faults/fault_cluster.h"
+#include "tests/faults/tls_probe.h"
 
 namespace fedgather::testing {
 namespace {
@@ -70,6 +72,51 @@ bool ClosedWithin(int fd, absl::Duration bound) {
     }
   }
   return false;
+}
+
+// MetricsPort is the port of the server's /metrics, from its log line
+// "metrics on port N"; 0 when it does not appear within 30 s.
+int MetricsPort(FaultCluster& c) {
+  const std::string line = "metrics on port ";
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  do {
+    const std::string log = c.server().Log();
+    if (const size_t at = log.find(line); at != std::string::npos) {
+      return std::atoi(log.c_str() + at + line.size());
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  } while (absl::Now() < deadline);
+  return 0;
+}
+
+// FdsAfter polls `pid`'s descriptor count until it is at most `most` and
+// returns it; after `bound` it returns the last count read.
+int FdsAfter(pid_t pid, int most, absl::Duration bound) {
+  const absl::Time deadline = absl::Now() + bound;
+  int fds = -1;
+  do {
+    absl::StatusOr<ProcessStats> stats = ReadProcessStats(pid);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    if (!stats.ok()) return -1;
+    fds = stats->fds;
+    if (fds <= most) return fds;
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < deadline);
+  return fds;
+}
+
+// MetricAfter polls the server's /metrics until `series` equals `value`;
+// returns the last value read.
+double MetricAfter(int port, const std::string& series, double value,
+                   absl::Duration bound) {
+  const absl::Time deadline = absl::Now() + bound;
+  double last = -1;
+  do {
+    last = MetricValue(Scrape(port), series);
+    if (last == value) return last;
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < deadline);
+  return last;
 }
 
 std::unique_ptr<v1::Rendezvous::Stub> StubFor(FaultCluster& c,
@@ -283,6 +330,159 @@ TEST(FaultTest, FiveHundredGarbageConnectionsAreRefusedWhileARoundRuns) {
   EXPECT_LE(after->fds, before->fds + 4)
       << "before: " << before->ToString() << "; after: " << after->ToString();
   c.ExpectNextRoundWorks(151);
+  c.StopAndVerifyAudit();
+}
+
+// Issue 18, finding 5: connections that never finish a handshake, or
+// finish it and then open no call, must not pile up, and one address must
+// not hold more than its cap. Attackers connect from 127.0.0.2 and
+// 127.0.0.3; the members (and 20 silent gRPC channels) from 127.0.0.1.
+TEST(FaultTest, SilentConnectionsAreClosedAndCappedWhileRoundsRun) {
+  constexpr absl::Duration kIdle = absl::Seconds(3);
+  constexpr int kPerAddress = 32, kOverCap = 20, kAnonymous = 50,
+                kChannels = 20;
+  FaultCluster c(
+      3, {"--connection-idle-timeout", "3", "--max-connections-per-address",
+          "32", "--metrics-listen", "127.0.0.1:0"});
+  const int metrics = MetricsPort(c);
+  ASSERT_GT(metrics, 0) << c.server().Log();
+  absl::StatusOr<ProcessStats> before =
+      ReadSettledProcessStats(c.server().pid(), absl::Seconds(10));
+  ASSERT_TRUE(before.ok()) << before.status();
+  const int port = c.server().port();
+  TlsProbeOptions member;
+  member.tls_dir = c.cluster().dir() + "/" + TestCluster::Site(1);
+
+  // (a) No client certificate: refused at the handshake, at once.
+  TlsProbeOptions anonymous = member;
+  anonymous.anonymous = true;
+  anonymous.source = "127.0.0.3";
+  const absl::Duration refusal_bound = absl::Seconds(5);
+  const absl::Time anonymous_start = absl::Now();
+  for (int i = 0; i < kAnonymous; ++i) {
+    std::unique_ptr<TlsProbe> probe = TlsProbe::Open(port, anonymous);
+    EXPECT_FALSE(probe->reached_http2())
+        << "an anonymous client reached HTTP/2";
+    EXPECT_TRUE(probe->ClosedWithin(refusal_bound))
+        << "a connection without a client certificate is still open";
+  }
+  ReportFault("50 TLS connections without a client certificate", refusal_bound,
+              SecondsSince(anonymous_start));
+
+  // (b) A valid certificate, a completed handshake, no call: silent gRPC
+  // channels (which answer the server's pings) and silent raw connections.
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int i = 0; i < kChannels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    channels.push_back(grpc::CreateCustomChannel(
+        c.server().address(),
+        MakeChannelCredentials(c.cluster().TlsFor(TestCluster::Site(1))),
+        args));
+    EXPECT_TRUE(channels.back()->WaitForConnected(
+        absl::ToChronoTime(absl::Now() + absl::Seconds(10))));
+  }
+  TlsProbeOptions attacker = member;
+  attacker.source = "127.0.0.2";
+  std::vector<std::unique_ptr<TlsProbe>> admitted;
+  absl::Time first_admitted_at;
+  for (int i = 0; i < kPerAddress; ++i) {
+    admitted.push_back(TlsProbe::Open(port, attacker));
+    if (i == 0) first_admitted_at = absl::Now();
+    EXPECT_TRUE(admitted.back()->reached_http2())
+        << "connection " << i << " under the cap: " << admitted.back()->error();
+  }
+  const absl::Time admitted_at = absl::Now();
+  // (c) Beyond the cap of 127.0.0.2: refused before the TLS handshake.
+  const absl::Time over_cap_start = absl::Now();
+  for (int i = 0; i < kOverCap; ++i) {
+    std::unique_ptr<TlsProbe> probe = TlsProbe::Open(port, attacker);
+    EXPECT_FALSE(probe->reached_http2())
+        << "connection " << i << " over the cap was admitted";
+    EXPECT_TRUE(probe->ClosedWithin(refusal_bound));
+  }
+  const double over_cap_seconds = SecondsSince(over_cap_start);
+  absl::StatusOr<ProcessStats> peak = ReadProcessStats(c.server().pid());
+  ASSERT_TRUE(peak.ok()) << peak.status();
+  // (d) Members from 127.0.0.1 are not affected.
+  c.ExpectNextRoundWorks(170);
+
+  // The idle limit closes every silent connection.
+  const absl::Duration idle_bound = kIdle + absl::Seconds(10);
+  EXPECT_TRUE(
+      admitted.front()->ClosedWithin(idle_bound - (absl::Now() - admitted_at)));
+  const absl::Duration first_closed = absl::Now() - first_admitted_at;
+  for (auto& probe : admitted) {
+    EXPECT_TRUE(probe->ClosedWithin(idle_bound - (absl::Now() - admitted_at)))
+        << "an idle authenticated connection is still open";
+  }
+  // The channels' connections are closed on the server's side (their fds
+  // are gone below); the channels stay alive, so it is not their doing.
+  const int after = FdsAfter(c.server().pid(), before->fds + 4,
+                             idle_bound - (absl::Now() - admitted_at));
+  ReportFault(absl::StrCat(kPerAddress, " idle TLS + ", kChannels,
+                           " idle gRPC channels (fds ", before->fds, " -> ",
+                           peak->fds, " -> ", after, ")"),
+              idle_bound, absl::ToDoubleSeconds(absl::Now() - admitted_at));
+  EXPECT_LE(after, before->fds + 4) << "before: " << before->ToString();
+  EXPECT_GE(peak->fds, before->fds + kPerAddress + kChannels);
+  // Closed by the idle limit, not by anything sooner (the first connection's
+  // idle time starts a little before this test reads its SETTINGS).
+  EXPECT_GE(first_closed, kIdle - absl::Seconds(1));
+
+  const std::string text = Scrape(metrics);
+  EXPECT_GE(
+      MetricValue(text,
+                  "fedgather_connections_refused_total{limit=\"per_address\"}"),
+      kOverCap)
+      << text;
+  ReportFault(absl::StrCat(kOverCap, " connections over the cap of ",
+                           kPerAddress, " per address"),
+              refusal_bound, over_cap_seconds);
+  EXPECT_EQ(
+      MetricAfter(metrics, "fedgather_connections_open", 0, absl::Seconds(10)),
+      0);
+  // One log line sums the refusals up, not one per connection.
+  const std::optional<nlohmann::json> refused =
+      c.WaitForEvent("connections_refused", {{"code", "RESOURCE_EXHAUSTED"}},
+                     absl::Seconds(10));
+  ASSERT_TRUE(refused.has_value()) << c.server().Log();
+  EXPECT_THAT(refused->dump(), HasSubstr("127.0.0.2"));
+  EXPECT_LE(c.CountEvents("connections_refused", nlohmann::json::object()), 2);
+  c.ExpectNextRoundWorks(171);
+  c.StopAndVerifyAudit();
+}
+
+// The total cap: beyond it, every address is refused, until connections
+// close.
+TEST(FaultTest, ConnectionsBeyondTheTotalCapAreRefused) {
+  constexpr int kTotal = 8;
+  FaultCluster c(3, {"--connection-idle-timeout", "2", "--max-connections", "8",
+                     "--metrics-listen", "127.0.0.1:0"});
+  const int metrics = MetricsPort(c);
+  ASSERT_GT(metrics, 0) << c.server().Log();
+  TlsProbeOptions attacker;
+  attacker.tls_dir = c.cluster().dir() + "/" + TestCluster::Site(1);
+  std::vector<std::unique_ptr<TlsProbe>> admitted;
+  for (int i = 0; i < kTotal; ++i) {
+    attacker.source = absl::StrCat("127.0.1.", i + 1);
+    admitted.push_back(TlsProbe::Open(c.server().port(), attacker));
+    EXPECT_TRUE(admitted.back()->reached_http2()) << admitted.back()->error();
+  }
+  attacker.source = "127.0.2.1";
+  std::unique_ptr<TlsProbe> over = TlsProbe::Open(c.server().port(), attacker);
+  EXPECT_FALSE(over->reached_http2()) << "a connection over the total cap";
+  EXPECT_TRUE(over->ClosedWithin(absl::Seconds(5)));
+  EXPECT_EQ(MetricValue(Scrape(metrics),
+                        "fedgather_connections_refused_total{limit=\"total\"}"),
+            1);
+  // Once the idle limit has closed them, the server admits again.
+  const absl::Duration bound = absl::Seconds(2 + 10);
+  for (auto& probe : admitted) EXPECT_TRUE(probe->ClosedWithin(bound));
+  EXPECT_EQ(
+      MetricAfter(metrics, "fedgather_connections_open", 0, absl::Seconds(10)),
+      0);
+  c.ExpectNextRoundWorks(180);
   c.StopAndVerifyAudit();
 }
 

@@ -44,6 +44,10 @@ const char* EventKindName(EventKind kind) {
       return "equivocation";
     case EventKind::kGroupRestored:
       return "group_restored";
+    case EventKind::kAuditUnwritable:
+      return "audit_unwritable";
+    case EventKind::kAuditWritable:
+      return "audit_writable";
   }
   return "unknown";
 }

@@ -42,6 +42,9 @@ enum class EventKind {
   kEquivocation,          // a rank sent different data under one round key
   kGroupRestored,         // a restart restored the group's epoch from its
                           // state directory; details: rounds, journal bytes
+  kAuditUnwritable,       // the audit log cannot be written (status says
+                          // why): joins and new rounds are refused
+  kAuditWritable,         // the audit log can be written again
 };
 
 const char* EventKindName(EventKind kind);

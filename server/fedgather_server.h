@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -29,6 +30,12 @@
 #include "server/server_metrics.h"
 
 namespace fedgather::server {
+
+// AuditAdmission is OK for an audit log that can be written (`audit`, its
+// status, is OK), and otherwise the UNAVAILABLE that refuses joins and new
+// rounds: "the audit log cannot be written: <why>; the server admits no
+// joins or rounds until it can".
+absl::Status AuditAdmission(const absl::Status& audit);
 
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:0";  // port 0 picks a free port
@@ -58,7 +65,9 @@ struct ServerOptions {
 class FedgatherServer {
  public:
   // Start opens the audit log, loads the policy and CRL, binds and starts
-  // serving. INVALID_ARGUMENT for bad options or a bad policy or CRL (the
+  // serving. While the audit log cannot be written the server fails
+  // closed: joins and new rounds get AuditAdmission's UNAVAILABLE and the
+  // health service says NOT_SERVING (within one timer period). INVALID_ARGUMENT for bad options or a bad policy or CRL (the
   // message names the file), the audit log's error, UNAVAILABLE when the
   // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<FedgatherServer>> Start(
@@ -95,6 +104,10 @@ class FedgatherServer {
  private:
   explicit FedgatherServer(ServerOptions options);
   void RunTimers();
+  // WatchAuditLog, on the timer thread, turns the health service to
+  // NOT_SERVING when the audit log stops being writable and back to SERVING
+  // when it is again (unless draining), with one event each time.
+  void WatchAuditLog();
 
   ServerOptions options_;
   std::unique_ptr<AuditLog> audit_log_;
@@ -109,6 +122,9 @@ class FedgatherServer {
   int port_ = 0;
   absl::Notification stop_;
   std::thread timers_;
+  bool audit_writable_ = true;  // the timer thread's view
+  // Orders WatchAuditLog's health changes against Drain's NOT_SERVING.
+  absl::Mutex health_mu_;
   std::once_flag shutdown_once_;
   absl::Status shutdown_status_;
 };

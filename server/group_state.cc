@@ -133,6 +133,11 @@ absl::Status GroupState::Join(const std::string& identity,
     }
     requested = static_cast<int>(request.requested_rank());
   }
+  if (request.resume_epoch() == 0) {
+    if (absl::Status admitted = AdmissionLocked(); !admitted.ok()) {
+      return admitted;
+    }
+  }
   if (request.resume_epoch() != 0) {
     return ResumeLocked(identity, peer, request, std::move(session), now,
                         callbacks);
@@ -477,6 +482,11 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
         seq + 1));
   }
   if (!closing_.ok()) return closing_;
+  if (absl::Status admitted = AdmissionLocked(); !admitted.ok()) {
+    // Every rank of this seq gets the same refusal; the epoch stays in step.
+    KeepOutcomeLocked(seq, admitted);
+    return admitted;
+  }
   absl::StatusOr<std::shared_ptr<Round>> round = NewRoundLocked(seq, now);
   if (!round.ok()) {
     const absl::Status failed = StateErrorLocked(round.status());
@@ -576,15 +586,23 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
     }
     rounds_.erase(it);
   }
+  KeepOutcomeLocked(seq, outcome);
+  if (!closing_.ok() && rounds_.empty()) {
+    EndEpochLocked(closing_, nullptr, &callbacks);
+  }
+}
+
+absl::Status GroupState::AdmissionLocked() const {
+  return limits_.admission ? limits_.admission() : absl::OkStatus();
+}
+
+void GroupState::KeepOutcomeLocked(uint64_t seq, const absl::Status& outcome) {
   if (journal_ != nullptr) {
     // Best effort: a restart without it only answers a late rank less well.
     journal_->Finished(seq, outcome).IgnoreError();
   }
   outcomes_[seq] = outcome;
   while (outcomes_.size() > kKeptOutcomes) outcomes_.erase(outcomes_.begin());
-  if (!closing_.ok() && rounds_.empty()) {
-    EndEpochLocked(closing_, nullptr, &callbacks);
-  }
 }
 
 absl::Status GroupState::JoinTimeoutLocked() const {

@@ -11,7 +11,8 @@
 //     FirstChunk);
 //   * the reactors: streams open, by kind (StreamOpened, StreamClosed).
 // Gauges that describe the present (members by connection state, rounds in
-// flight, buffered bytes against the limit, audit records written) are
+// flight, buffered bytes against the limit, audit records written and
+// dropped, whether the audit log can be written, its write failures) are
 // computed from a GroupRegistry and an AuditLog at scrape time.
 //
 // Labels stay bounded: groups come from the policy (events about a group a

@@ -30,6 +30,7 @@
 #include "common/cert_issuer.h"
 #include "common/file_io.h"
 #include "tests/common/subprocess.h"
+#include "tests/server/failing_audit_disk.h"
 
 extern char** environ;
 
@@ -414,6 +415,137 @@ TEST(AuditLogTest, RotationKeepsOneChainAcrossFiles) {
   const auto again = VerifyAuditFiles(files, cert);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->records, report->records + 2);
+}
+
+AuditLogOptions FailingOptions(const std::string& path, FailingAuditDisk* disk) {
+  AuditLogOptions options = Options(path);
+  options.file = disk->Calls();
+  options.retry_period = absl::Milliseconds(5);
+  return options;
+}
+
+std::vector<Json> Records(const std::string& path) {
+  std::vector<Json> records;
+  for (const std::string& line : ReadLines(path)) {
+    records.push_back(Json::parse(line));
+  }
+  return records;
+}
+
+std::string Details(const Json& record, const std::string& key) {
+  return record["details"][key].get<std::string>();
+}
+
+TEST(AuditFailureTest, AFailedWriteFailsClosedKeepsItsRecordsAndRecovers) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  auto log = AuditLog::Open(FailingOptions(path, &disk)).value();
+  log->Append(Contribution(0, 0));
+  ASSERT_TRUE(log->Flush().ok());
+
+  // The disk fills up in the middle of a line.
+  disk.partial_bytes = 10;
+  disk.write_errno = ENOSPC;
+  log->Append(Contribution(0, 1));
+  log->Append(Contribution(0, 2));
+  const absl::Status failed = log->Flush();
+  ASSERT_TRUE(absl::IsResourceExhausted(failed)) << failed;
+  EXPECT_THAT(std::string(failed.message()),
+              HasSubstr(absl::StrCat("write audit file ", path)));
+  EXPECT_EQ(log->status(), failed);
+  EXPECT_EQ(log->write_failures(), 1u);
+  // Retries keep failing and keep the records; nothing is dropped.
+  EXPECT_FALSE(log->WaitUntilWritten(absl::Milliseconds(50)));
+  EXPECT_FALSE(log->status().ok());
+  EXPECT_EQ(log->records_dropped(), 0u);
+
+  disk.write_errno = 0;
+  ASSERT_TRUE(log->WaitUntilWritten(absl::Seconds(20)));
+  EXPECT_TRUE(log->status().ok()) << log->status();
+  EXPECT_EQ(log->write_failures(), 1u);
+  ASSERT_TRUE(log->Close().ok());
+
+  // The partly written line was cut off; the kept records follow, then the
+  // record of the gap.
+  const std::vector<Json> records = Records(path);
+  ASSERT_EQ(records.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(records[i]["action"], "contribution");
+    EXPECT_EQ(records[i]["collective_seq"], i);
+  }
+  const Json& gap = records[3];
+  EXPECT_EQ(gap["action"], "audit_gap");
+  EXPECT_EQ(gap["outcome"], "RESOURCE_EXHAUSTED");
+  EXPECT_THAT(gap["reason"].get<std::string>(), HasSubstr("write audit file"));
+  EXPECT_EQ(Details(gap, "dropped"), "0");
+  EXPECT_LE(Details(gap, "unwritable_from"), Details(gap, "unwritable_until"));
+  EXPECT_LE(records[2]["time"].get<std::string>(), gap["time"]);
+  EXPECT_TRUE(VerifyAuditFiles({path}, {}).ok());
+}
+
+TEST(AuditFailureTest, RecordsBeyondTheQueueBoundAreDroppedAndReported) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  AuditLogOptions options = FailingOptions(path, &disk);
+  options.max_queued_records = 2;
+  auto log = AuditLog::Open(options).value();
+  disk.write_errno = EIO;
+  log->Append(Contribution(0, 0));  // the writer holds it, failing
+  ASSERT_FALSE(log->Flush().ok());
+  for (int i = 1; i <= 5; ++i) log->Append(Contribution(0, i));
+  // Two wait in the queue; three are dropped.
+  EXPECT_EQ(log->records_dropped(), 3u);
+
+  disk.write_errno = 0;
+  ASSERT_TRUE(log->WaitUntilWritten(absl::Seconds(20)));
+  ASSERT_TRUE(log->Close().ok());
+  const std::vector<Json> records = Records(path);
+  ASSERT_EQ(records.size(), 4u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(records[i]["collective_seq"], i);
+  const Json& gap = records[3];
+  EXPECT_EQ(gap["action"], "audit_gap");
+  EXPECT_EQ(Details(gap, "dropped"), "3");
+  EXPECT_LT(Details(gap, "first_dropped"), Details(gap, "last_dropped"));
+  EXPECT_LE(Details(gap, "unwritable_from"), Details(gap, "first_dropped"));
+  EXPECT_TRUE(VerifyAuditFiles({path}, {}).ok());
+}
+
+TEST(AuditFailureTest, AFailedFsyncFailsClosedUntilAnFsyncSucceeds) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  auto log = AuditLog::Open(FailingOptions(path, &disk)).value();
+  disk.fsync_errno = EIO;
+  log->Append(Contribution(0, 0));
+  const absl::Status failed = log->Flush();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.message()),
+              HasSubstr(absl::StrCat("fsync audit file ", path)));
+  disk.fsync_errno = 0;
+  ASSERT_TRUE(log->WaitUntilWritten(absl::Seconds(20)));
+  EXPECT_TRUE(log->status().ok());
+  ASSERT_TRUE(log->Close().ok());
+  const std::vector<Json> records = Records(path);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1]["action"], "audit_gap");
+  EXPECT_THAT(records[1]["reason"].get<std::string>(), HasSubstr("fsync"));
+}
+
+TEST(AuditFailureTest, CloseWhileFailingReturnsTheErrorAndCountsTheLoss) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  auto log = AuditLog::Open(FailingOptions(path, &disk)).value();
+  disk.write_errno = ENOSPC;
+  log->Append(Contribution(0, 0));
+  log->Append(Contribution(0, 1));
+  EXPECT_FALSE(log->Flush().ok());
+  const absl::Status closed = log->Close();
+  EXPECT_TRUE(absl::IsResourceExhausted(closed)) << closed;
+  EXPECT_EQ(log->records_dropped(), 2u);
+  EXPECT_EQ(log->records_written(), 0u);
 }
 
 class AuditFsyncTest : public ::testing::TestWithParam<AuditFsync> {};

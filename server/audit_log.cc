@@ -102,6 +102,57 @@ absl::StatusOr<std::optional<AuditChainHead>> ReadHead(
   return head;
 }
 
+// A cut-off active file, set aside: the last intact record (none when the
+// file held no whole record) and the record that reports the cut.
+struct SetAside {
+  std::optional<AuditChainHead> head;
+  AuditRecord cut;
+};
+
+// SetAsideCutFile verifies the active file `path`, whose head could not be
+// read (`unreadable` says why), up to its cut-off last line, and renames it
+// to `rotated`. FAILED_PRECONDITION, naming the file and the operator's
+// advice, when more than its last line is damaged.
+absl::StatusOr<SetAside> SetAsideCutFile(const std::string& path,
+                                         const absl::Status& unreadable,
+                                         const std::string& rotated) {
+  AuditVerifyOptions options;
+  options.allow_cut_tail = true;
+  const absl::StatusOr<AuditVerifyReport> report =
+      VerifyAuditFiles({path}, options);
+  if (!report.ok() || report->cut_tail_bytes == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot continue the audit chain: ", unreadable.message(),
+        report.ok() ? ""
+                    : absl::StrCat("; and before its last line: ",
+                                   report.status().message()),
+        "; only a cut-off last line is repaired at start; run `fedgather "
+        "audit verify` on ",
+        path, " (and the rotated files before it) and move it aside"));
+  }
+  if (::rename(path.c_str(), rotated.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("rename cut-off audit file ", path,
+                                             " to ", rotated));
+  }
+  SetAside aside;
+  if (report->records > 0) aside.head = report->last;
+  aside.cut.action = std::string(kAuditTailCutAction);
+  aside.cut.outcome = absl::StatusCodeToString(absl::StatusCode::kDataLoss);
+  const std::string after =
+      aside.head.has_value() ? absl::StrCat(aside.head->seq) : "";
+  aside.cut.reason = absl::StrCat(
+      "the last ", report->cut_tail_bytes, " bytes of ", path,
+      " were cut off (a torn write) and are kept unread in ", rotated,
+      aside.head.has_value()
+          ? absl::StrCat("; the chain continues after record ", after)
+          : "");
+  aside.cut.details = {{"file", BaseNameOf(rotated)},
+                       {"cut_bytes", absl::StrCat(report->cut_tail_bytes)}};
+  if (aside.head.has_value())
+    aside.cut.details.emplace_back("after_seq", after);
+  return aside;
+}
+
 }  // namespace
 
 AuditLog::AuditLog(AuditLogOptions options) : options_(std::move(options)) {}
@@ -150,7 +201,20 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
 
   FG_ASSIGN_OR_RETURN(const uint64_t newest, NewestRotation(path));
   log->next_rotation_ = newest + 1;
-  FG_ASSIGN_OR_RETURN(std::optional<AuditChainHead> head, ReadHead(path));
+  absl::StatusOr<std::optional<AuditChainHead>> read = ReadAuditChainHead(path);
+  if (absl::IsNotFound(read.status())) read = std::nullopt;
+  if (absl::IsFailedPrecondition(read.status())) {
+    FG_ASSIGN_OR_RETURN(
+        SetAside aside,
+        SetAsideCutFile(path, read.status(),
+                        RotatedPath(path, log->next_rotation_++)));
+    read = aside.head;
+    aside.cut.time = log->options_.clock();
+    log->pending_.push_back(std::move(aside.cut));
+    absl::MutexLock lock(&log->mu_);
+    ++log->appended_;
+  }
+  FG_ASSIGN_OR_RETURN(std::optional<AuditChainHead> head, std::move(read));
   if (!head.has_value() && newest > 0) {
     FG_ASSIGN_OR_RETURN(head, ReadHead(RotatedPath(path, newest)));
   }
@@ -249,8 +313,8 @@ absl::Status AuditLog::Close() {
   }
   if (closed.ok() && fd_ >= 0) closed = SyncFile();
   if (fd_ >= 0 && ::close(fd_) != 0 && closed.ok()) {
-    closed = ErrnoToStatus(errno,
-                           absl::StrCat("close audit file ", options_.path));
+    closed =
+        ErrnoToStatus(errno, absl::StrCat("close audit file ", options_.path));
   }
   fd_ = -1;
   absl::MutexLock lock(&mu_);
@@ -290,6 +354,7 @@ uint64_t AuditLog::write_failures() const {
 }
 
 void AuditLog::WriterLoop() {
+  if (!pending_.empty()) WriteAndReport();  // Open's audit_tail_cut record
   while (true) {
     {
       absl::MutexLock lock(&mu_);

@@ -108,11 +108,19 @@ class AuditLog {
   // gives the next seq and prev; when the file is missing or empty, the last
   // record of the newest `<path>.NNNNNN` does) or starts a new chain at seq 0,
   // then starts the writer thread. Audit files are created with mode 0600.
+  //
+  // An active file whose last line was cut off (a torn write: no '\n') is
+  // verified up to it, renamed aside like a rotated file (the next
+  // `<path>.NNNNNN`, the cut bytes kept), and the new file starts with an
+  // "audit_tail_cut" record (common/audit_chain.h) chained to its last
+  // intact record, naming the file and the bytes cut.
+  //
   // INVALID_ARGUMENT for bad options or a signing key that does not parse;
-  // FAILED_PRECONDITION, naming the file, when the last line of the file to
-  // continue is truncated or not a record (the operator should run `fedgather
-  // audit verify` and move the file aside); errno-based codes, naming the
-  // path, when the file cannot be opened.
+  // FAILED_PRECONDITION, naming the file, when the file to continue is
+  // damaged otherwise: its last line is whole but not a record, or a record
+  // before a cut-off line does not verify (the operator should run
+  // `fedgather audit verify` and move the file aside); errno-based codes,
+  // naming the path, when a file cannot be opened or renamed.
   static absl::StatusOr<std::unique_ptr<AuditLog>> Open(
       AuditLogOptions options);
 

@@ -67,9 +67,9 @@ class FedgatherServer {
   // Start opens the audit log, loads the policy and CRL, binds and starts
   // serving. While the audit log cannot be written the server fails
   // closed: joins and new rounds get AuditAdmission's UNAVAILABLE and the
-  // health service says NOT_SERVING (within one timer period). INVALID_ARGUMENT for bad options or a bad policy or CRL (the
-  // message names the file), the audit log's error, UNAVAILABLE when the
-  // address cannot be bound.
+  // health service says NOT_SERVING (within one timer period). INVALID_ARGUMENT
+  // for bad options or a bad policy or CRL (the message names the file), the
+  // audit log's error, UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<FedgatherServer>> Start(
       ServerOptions options);
 

@@ -506,10 +506,10 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindEndedRoundLocked(
     return nullptr;
   }
   if (ended_.identities[header.rank()] != identity) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "group '", name_, "' epoch ", ended_.epoch, ": identity '", identity,
-        "' may not resume rank ", header.rank(),
-        ", which was bound to another identity"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("group '", name_, "' epoch ", ended_.epoch, ": identity '",
+                     identity, "' may not resume rank ", header.rank(),
+                     ", which was bound to another identity"));
   }
   return round->second;
 }

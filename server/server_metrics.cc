@@ -87,21 +87,20 @@ class StateCollectable : public prometheus::Collectable {
       families.push_back(std::move(limit));
     }
     if (audit_ != nullptr) {
-      families.push_back(Single(
-          "fedgather_audit_records_written_total",
-          "audit records written to the log (anchors excluded)",
-          prometheus::MetricType::Counter,
-          static_cast<double>(audit_->records_written())));
+      families.push_back(
+          Single("fedgather_audit_records_written_total",
+                 "audit records written to the log (anchors excluded)",
+                 prometheus::MetricType::Counter,
+                 static_cast<double>(audit_->records_written())));
       families.push_back(Single(
           "fedgather_audit_writable",
           "1 while the audit log can be written; 0 while it cannot (joins "
           "and new rounds are refused)",
           prometheus::MetricType::Gauge, audit_->status().ok() ? 1 : 0));
-      families.push_back(Single(
-          "fedgather_audit_write_failures_total",
-          "times writing the audit log started to fail",
-          prometheus::MetricType::Counter,
-          static_cast<double>(audit_->write_failures())));
+      families.push_back(Single("fedgather_audit_write_failures_total",
+                                "times writing the audit log started to fail",
+                                prometheus::MetricType::Counter,
+                                static_cast<double>(audit_->write_failures())));
       families.push_back(Single(
           "fedgather_audit_records_dropped_total",
           "audit records dropped: appended while the most that may wait in "

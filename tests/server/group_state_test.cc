@@ -9,11 +9,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "server/event_sink.h"
 #include "server/pending_callbacks.h"
 #include "server/round.h"
@@ -461,8 +461,8 @@ TEST_F(GroupStateTest, AnEndedEpochsCompletedRoundIsResumableUntilSettled) {
   {
     PendingCallbacks callbacks;
     round->StreamLost(0, "reset", kT0, &callbacks);
-    group_->SessionLost(Session("site-b").get(), "it left the group",
-                        At(1), &callbacks, /*left=*/true);
+    group_->SessionLost(Session("site-b").get(), "it left the group", At(1),
+                        &callbacks, /*left=*/true);
     callbacks.Run();
   }
   ASSERT_EQ(Session("site-a")->closes.size(), 1u);  // the epoch ended
@@ -810,7 +810,8 @@ TEST_F(GroupStateTest, AbortRoundsFailsRoundsInFlightAndKeepsTheEpoch) {
   }
 }
 
-TEST_F(GroupStateTest, AClosedAdmissionRefusesJoinsAndNewRoundsNotRoundsInFlight) {
+TEST_F(GroupStateTest,
+       AClosedAdmissionRefusesJoinsAndNewRoundsNotRoundsInFlight) {
   MakeGroup();
   Form();
   absl::StatusOr<std::shared_ptr<Round>> in_flight = Find("site-a", 0, 0);

@@ -41,6 +41,15 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
         ") must be positive and at most half the heartbeat timeout (",
         absl::FormatDuration(options.limits.heartbeat_timeout), ")"));
   }
+  const RefusalThrottleOptions& refusals = options.refusal_records;
+  if (refusals.max_field_bytes < 16 ||
+      refusals.window <= absl::ZeroDuration() ||
+      refusals.bytes_per_second < 1 || refusals.burst_bytes < 1 ||
+      refusals.max_keys < 1) {
+    return absl::InvalidArgumentError(
+        "refusal record bounds: the field bound must be >= 16 bytes, and the "
+        "window, the bytes per second, the burst and the keys positive");
+  }
   std::unique_ptr<FedgatherServer> server(
       new FedgatherServer(std::move(options)));
   ServerOptions& o = server->options_;
@@ -57,6 +66,12 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
     o.limits.admission = [log = server->audit_log_.get()] {
       return AuditAdmission(log->status());
     };
+  }
+  if (o.limits.events != nullptr) {
+    o.refusal_records.clock = o.clock;
+    server->refusals_ =
+        std::make_unique<RefusalThrottle>(o.refusal_records, o.limits.events);
+    o.limits.events = server->refusals_.get();
   }
   if (!o.metrics_listen.empty()) {
     FG_ASSIGN_OR_RETURN(
@@ -153,6 +168,7 @@ void FedgatherServer::RunTimers() {
     }
     first_frame_->Expire(now);
     WatchAuditLog();
+    if (refusals_ != nullptr) refusals_->CloseWindows(now);
     if (now >= next_recheck) {
       access_->RecheckSessions("periodic check");
       next_recheck = now + options_.certificate_recheck_period;

@@ -26,6 +26,7 @@
 #include "server/audit_log.h"
 #include "server/first_frame_deadlines.h"
 #include "server/group_registry.h"
+#include "server/refusal_throttle.h"
 #include "server/rendezvous_service.h"
 #include "server/server_metrics.h"
 
@@ -46,6 +47,9 @@ struct ServerOptions {
   // and audit.signing_key_pem is empty, the server's TLS key signs anchors.
   AuditLogOptions audit;
   bool audit_sign = true;
+  // Bounds on refusal records in the audit log and the server's log
+  // (server/refusal_throttle.h); its clock is set to `clock`.
+  RefusalThrottleOptions refusal_records;
   GroupLimits limits;  // limits.events also gets every event
   // How often timers are checked; bounds how late a timeout is noticed.
   absl::Duration timer_period = absl::Milliseconds(100);
@@ -112,7 +116,8 @@ class FedgatherServer {
   ServerOptions options_;
   std::unique_ptr<AuditLog> audit_log_;
   std::unique_ptr<AuditEventSink> audit_sink_;
-  std::unique_ptr<ServerMetrics> metrics_;  // outlives the gRPC server
+  std::unique_ptr<RefusalThrottle> refusals_;  // before the audit sink
+  std::unique_ptr<ServerMetrics> metrics_;     // outlives the gRPC server
   std::unique_ptr<GroupRegistry> registry_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<FirstFrameDeadlines> first_frame_;

@@ -287,6 +287,34 @@ absl::Status Diagnose(LineSource* source, const Previous& previous,
                    ", going backwards: records were reordered or inserted"));
 }
 
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// RecordsCutTail says whether `next` is the kAuditTailCutAction record for
+// `cut`, a cut-off line of `cut_file` that followed `previous` (none: the
+// files given start with the cut file).
+bool RecordsCutTail(const Line& next, const Line& cut,
+                    const std::string& cut_file,
+                    const std::optional<Previous>& previous) {
+  if (!next.has_newline) return false;
+  const nlohmann::json json =
+      nlohmann::json::parse(next.text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<ParsedRecord> record = ParseRecord(next.text);
+  if (!record.ok() || json.value("action", "") != kAuditTailCutAction) {
+    return false;
+  }
+  const nlohmann::json& details = json["details"];
+  if (!details.is_object() || details.value("file", "") != BaseName(cut_file) ||
+      details.value("cut_bytes", "") != absl::StrCat(cut.text.size())) {
+    return false;
+  }
+  if (!previous.has_value()) return true;  // its prev cannot be checked
+  return record->seq == previous->seq + 1 && record->prev == previous->hash &&
+         details.value("after_seq", "") == absl::StrCat(previous->seq);
+}
+
 }  // namespace
 
 std::string AuditLineHash(absl::string_view line) {
@@ -468,6 +496,23 @@ absl::StatusOr<AuditVerifyReport> VerifyAuditFiles(
     const uint64_t expected = previous.has_value() ? previous->seq + 1 : 0;
     const std::string where = Where(source, line);
     if (!line.has_newline) {
+      // A cut-off line ends its file. The server set it aside and recorded
+      // the cut at the start of the next file; or the writer checks the
+      // active file before it does.
+      FG_ASSIGN_OR_RETURN(const Line* next, source.Peek());
+      if (next != nullptr &&
+          RecordsCutTail(*next, line, source.path(line.file), previous)) {
+        report.cut_tails.push_back(absl::StrCat(
+            source.path(line.file), ": ", line.text.size(),
+            " bytes cut off after record ",
+            previous.has_value() ? absl::StrCat(previous->seq) : "(none given)",
+            ", recorded by the next record"));
+        continue;
+      }
+      if (next == nullptr && options.allow_cut_tail) {
+        report.cut_tail_bytes = line.text.size();
+        break;
+      }
       return absl::DataLossError(absl::StrCat(
           "record ", expected, " (", where,
           ") is truncated: its line has no terminating newline (a torn write "
@@ -513,8 +558,10 @@ absl::StatusOr<AuditVerifyReport> VerifyAuditFiles(
     ++report.records;
     report.last_seq = record->seq;
     previous = Previous{record->seq, AuditLineHash(line.text), where};
+    report.last =
+        AuditChainHead{record->seq, previous->hash, record->is_anchor};
   }
-  if (report.records == 0) {
+  if (report.records == 0 && report.cut_tail_bytes == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("no audit records in ", absl::StrJoin(paths, ", ")));
   }

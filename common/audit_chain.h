@@ -47,6 +47,14 @@ inline constexpr absl::string_view kAuditGenesisPrev =
 // The `action` of anchor records.
 inline constexpr absl::string_view kAuditAnchorAction = "anchor";
 
+// The `action` of the record that starts a file after a cut-off one: when
+// the server starts on an active file whose last line was cut off (a torn
+// write), it moves the file aside as a rotated file and begins the next one
+// with this record, chained to the last intact record. Its `details` are
+// {"file": the cut file's base name, "cut_bytes": the bytes of the cut line
+// (decimal), "after_seq": the last intact record's seq}.
+inline constexpr absl::string_view kAuditTailCutAction = "audit_tail_cut";
+
 // AuditLineHash returns the lowercase hex SHA-256 of `line`, which must be a
 // record's exact bytes without the terminating '\n'.
 std::string AuditLineHash(absl::string_view line);
@@ -99,6 +107,10 @@ struct AuditVerifyOptions {
   // last record must be a verified anchor, which catches a tail rewritten
   // with a valid chain but no signature, and truncation at a line boundary.
   bool allow_unsigned_tail = false;
+  // Accept a last file whose last line was cut off (no '\n'): the records
+  // before it are verified and the cut is reported in cut_tail_bytes. For
+  // the writer, which then sets the file aside; off for operators.
+  bool allow_cut_tail = false;
 };
 
 struct AuditVerifyReport {
@@ -108,6 +120,14 @@ struct AuditVerifyReport {
   uint64_t anchors = 0;  // anchor records (verified when a cert was given)
   // A certificate was given and the last record is an anchor that verified.
   bool signed_to_end = false;
+  // The last record read (valid when records > 0).
+  AuditChainHead last;
+  // With allow_cut_tail: the bytes of the last file's cut-off last line.
+  uint64_t cut_tail_bytes = 0;
+  // Each file that ends in a cut-off line followed, in the next file, by
+  // its kAuditTailCutAction record, e.g. "audit.jsonl.000003: 41 bytes cut
+  // off after record 17, recorded by record 18".
+  std::vector<std::string> cut_tails;
 };
 
 // VerifyAuditFiles checks that `paths`, in the order given (rotated files
@@ -121,7 +141,10 @@ struct AuditVerifyReport {
 //   DATA_LOSS for tampering or corruption: a record altered (the next
 //     record's prev does not match its hash), missing (seq jumps),
 //     reordered, duplicated or inserted, malformed or unparseable, a
-//     truncated last record (no '\n' or does not parse), a first record of
+//     truncated last record (no '\n' or does not parse; a file's cut-off
+//     last line is accepted only when the next file starts with the
+//     kAuditTailCutAction record that names it, its size and the record
+//     before it, or with allow_cut_tail at the very end), a first record of
 //     seq 0 whose prev is not all zeros, an anchor whose signature does not
 //     verify, or (with a certificate and without allow_unsigned_tail)
 //     records after the last anchor ("records A..B after the last signed

@@ -48,6 +48,9 @@ std::string ActionOf(const ServerEvent& event) {
       return "restore";
     case EventKind::kConnectionsRefused:
       return "connections_refused";
+    case EventKind::kAuditUnwritable:
+    case EventKind::kAuditWritable:
+      return EventKindName(event.kind);  // not written; see OnEvent
   }
   return EventKindName(event.kind);
 }
@@ -79,7 +82,10 @@ AuditRecord AuditRecordFromEvent(const ServerEvent& event) {
 void AuditEventSink::OnEvent(const ServerEvent& event) {
   // A contribution is audited when it completes (with its digest) or when
   // its round fails (naming who had not finished); its start adds nothing.
-  if (event.kind != EventKind::kContributionStarted) {
+  // The log reports its own failures (its "audit_gap" record).
+  if (event.kind != EventKind::kContributionStarted &&
+      event.kind != EventKind::kAuditUnwritable &&
+      event.kind != EventKind::kAuditWritable) {
     log_->Append(AuditRecordFromEvent(event));
   }
   if (next_ != nullptr) next_->OnEvent(event);

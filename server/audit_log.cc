@@ -102,6 +102,57 @@ absl::StatusOr<std::optional<AuditChainHead>> ReadHead(
   return head;
 }
 
+// A cut-off active file, set aside: the last intact record (none when the
+// file held no whole record) and the record that reports the cut.
+struct SetAside {
+  std::optional<AuditChainHead> head;
+  AuditRecord cut;
+};
+
+// SetAsideCutFile verifies the active file `path`, whose head could not be
+// read (`unreadable` says why), up to its cut-off last line, and renames it
+// to `rotated`. FAILED_PRECONDITION, naming the file and the operator's
+// advice, when more than its last line is damaged.
+absl::StatusOr<SetAside> SetAsideCutFile(const std::string& path,
+                                         const absl::Status& unreadable,
+                                         const std::string& rotated) {
+  AuditVerifyOptions options;
+  options.allow_cut_tail = true;
+  const absl::StatusOr<AuditVerifyReport> report =
+      VerifyAuditFiles({path}, options);
+  if (!report.ok() || report->cut_tail_bytes == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot continue the audit chain: ", unreadable.message(),
+        report.ok() ? ""
+                    : absl::StrCat("; and before its last line: ",
+                                   report.status().message()),
+        "; only a cut-off last line is repaired at start; run `fedgather "
+        "audit verify` on ",
+        path, " (and the rotated files before it) and move it aside"));
+  }
+  if (::rename(path.c_str(), rotated.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrCat("rename cut-off audit file ", path,
+                                             " to ", rotated));
+  }
+  SetAside aside;
+  if (report->records > 0) aside.head = report->last;
+  aside.cut.action = std::string(kAuditTailCutAction);
+  aside.cut.outcome = absl::StatusCodeToString(absl::StatusCode::kDataLoss);
+  const std::string after =
+      aside.head.has_value() ? absl::StrCat(aside.head->seq) : "";
+  aside.cut.reason = absl::StrCat(
+      "the last ", report->cut_tail_bytes, " bytes of ", path,
+      " were cut off (a torn write) and are kept unread in ", rotated,
+      aside.head.has_value()
+          ? absl::StrCat("; the chain continues after record ", after)
+          : "");
+  aside.cut.details = {{"file", BaseNameOf(rotated)},
+                       {"cut_bytes", absl::StrCat(report->cut_tail_bytes)}};
+  if (aside.head.has_value())
+    aside.cut.details.emplace_back("after_seq", after);
+  return aside;
+}
+
 }  // namespace
 
 AuditLog::AuditLog(AuditLogOptions options) : options_(std::move(options)) {}
@@ -121,7 +172,17 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
     return absl::InvalidArgumentError(absl::StrCat(
         "audit rotate_bytes must be >= 0, not ", options.rotate_bytes));
   }
+  if (options.retry_period <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("audit retry_period must be positive, not ",
+                     absl::FormatDuration(options.retry_period)));
+  }
+  if (options.max_queued_records < 1) {
+    return absl::InvalidArgumentError("audit max_queued_records must be >= 1");
+  }
   if (!options.clock) options.clock = absl::Now;
+  if (!options.file.write) options.file.write = ::write;
+  if (!options.file.fsync) options.file.fsync = ::fsync;
   if (!options.signing_key_pem.empty()) {
     absl::StatusOr<std::string> probe =
         SignAnchor(options.signing_key_pem, 0, kAuditGenesisPrev);
@@ -140,7 +201,20 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
 
   FG_ASSIGN_OR_RETURN(const uint64_t newest, NewestRotation(path));
   log->next_rotation_ = newest + 1;
-  FG_ASSIGN_OR_RETURN(std::optional<AuditChainHead> head, ReadHead(path));
+  absl::StatusOr<std::optional<AuditChainHead>> read = ReadAuditChainHead(path);
+  if (absl::IsNotFound(read.status())) read = std::nullopt;
+  if (absl::IsFailedPrecondition(read.status())) {
+    FG_ASSIGN_OR_RETURN(
+        SetAside aside,
+        SetAsideCutFile(path, read.status(),
+                        RotatedPath(path, log->next_rotation_++)));
+    read = aside.head;
+    aside.cut.time = log->options_.clock();
+    log->pending_.push_back(std::move(aside.cut));
+    absl::MutexLock lock(&log->mu_);
+    ++log->appended_;
+  }
+  FG_ASSIGN_OR_RETURN(std::optional<AuditChainHead> head, std::move(read));
   if (!head.has_value() && newest > 0) {
     FG_ASSIGN_OR_RETURN(head, ReadHead(RotatedPath(path, newest)));
   }
@@ -170,13 +244,24 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
 void AuditLog::Append(AuditRecord record) {
   absl::MutexLock lock(&mu_);
   ++appended_;
+  record.time = options_.clock();
   if (stopping_) {
     ++processed_;
     ++dropped_;
     return;
   }
-  record.time = options_.clock();
+  if (queue_.size() >= options_.max_queued_records) {
+    DropLocked(record.time);
+    return;
+  }
   queue_.push_back(std::move(record));
+}
+
+void AuditLog::DropLocked(absl::Time appended) {
+  ++processed_;
+  ++dropped_;
+  if (gap_.dropped++ == 0) gap_.first_dropped = appended;
+  gap_.last_dropped = appended;
 }
 
 absl::Status AuditLog::Flush() {
@@ -187,10 +272,25 @@ absl::Status AuditLog::Flush() {
   } target{this, appended_};
   mu_.Await(absl::Condition(
       +[](Target* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        return t->log->processed_ >= t->count;
+        return t->log->processed_ >= t->count || !t->log->status_.ok();
       },
       &target));
   return status_;
+}
+
+bool AuditLog::WaitUntilWritten(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  struct Target {
+    AuditLog* log;
+    uint64_t count;
+  } target{this, appended_};
+  return mu_.AwaitWithTimeout(
+      absl::Condition(
+          +[](Target* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return t->log->processed_ >= t->count && t->log->status_.ok();
+          },
+          &target),
+      timeout);
 }
 
 absl::Status AuditLog::Close() {
@@ -202,24 +302,29 @@ absl::Status AuditLog::Close() {
     stopping_ = true;
   }
   if (writer_.joinable()) writer_.join();
-  // The writer has stopped: the file is ours.
-  if (fd_ >= 0) {
-    if (!failed_ && !options_.signing_key_pem.empty() && next_seq_ > 0 &&
-        !last_is_anchor_) {
-      const absl::Status anchored = WriteAnchor();
-      if (!anchored.ok()) Fail(anchored);
-    }
-    if (!failed_) {
-      const absl::Status synced = SyncFile();
-      if (!synced.ok()) Fail(synced);
-    }
-    if (::close(fd_) != 0 && !failed_) {
-      Fail(ErrnoToStatus(errno,
-                         absl::StrCat("close audit file ", options_.path)));
-    }
-    fd_ = -1;
+  // The writer has stopped: the file is ours. A last try: the first pass
+  // may only recover from a failure (and queue its "audit_gap" record).
+  WriteAndReport();
+  WriteAndReport();
+  absl::Status closed = status();
+  if (closed.ok() && fd_ >= 0 && !options_.signing_key_pem.empty() &&
+      next_seq_ > 0 && !last_is_anchor_) {
+    closed = WriteAnchor();
   }
-  close_status_ = status();
+  if (closed.ok() && fd_ >= 0) closed = SyncFile();
+  if (fd_ >= 0 && ::close(fd_) != 0 && closed.ok()) {
+    closed =
+        ErrnoToStatus(errno, absl::StrCat("close audit file ", options_.path));
+  }
+  fd_ = -1;
+  absl::MutexLock lock(&mu_);
+  const uint64_t unwritten = pending_.size() + queue_.size();
+  processed_ += unwritten;
+  dropped_ += unwritten;
+  pending_.clear();
+  queue_.clear();
+  if (!closed.ok() && status_.ok()) status_ = closed;
+  close_status_ = status_;
   return close_status_;
 }
 
@@ -243,45 +348,126 @@ uint64_t AuditLog::records_dropped() const {
   return dropped_;
 }
 
-void AuditLog::Fail(absl::Status status) {
-  failed_ = true;
+uint64_t AuditLog::write_failures() const {
   absl::MutexLock lock(&mu_);
-  if (status_.ok()) status_ = std::move(status);
+  return failures_;
 }
 
 void AuditLog::WriterLoop() {
+  if (!pending_.empty()) WriteAndReport();  // Open's audit_tail_cut record
   while (true) {
-    std::vector<AuditRecord> batch;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](AuditLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return !log->queue_.empty() || log->stopping_;
-          },
-          this));
-      if (queue_.empty()) return;  // stopping, and everything is written
-      batch.swap(queue_);
-    }
-    uint64_t dropped = 0;
-    for (const AuditRecord& record : batch) {
-      if (failed_) {
-        ++dropped;
-        continue;
+      if (status_.ok()) {
+        mu_.Await(absl::Condition(
+            +[](AuditLog* log) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              return !log->queue_.empty() || log->gap_.dropped > 0 ||
+                     log->gap_.failed_since.has_value() || log->stopping_;
+            },
+            this));
+      } else {
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                             options_.retry_period);
       }
-      const absl::Status written = WriteRecord(record);
-      if (!written.ok()) {
-        Fail(written);
-        ++dropped;
-      }
+      if (stopping_) return;  // Close writes what is left
     }
-    if (!failed_ && options_.fsync == AuditFsync::kGroupCommit) {
-      const absl::Status synced = SyncFile();
-      if (!synced.ok()) Fail(synced);
-    }
-    absl::MutexLock lock(&mu_);
-    processed_ += batch.size();
-    dropped_ += dropped;
+    WriteAndReport();
   }
+}
+
+void AuditLog::TakeQueuedLocked() {
+  const bool gap = gap_.failed_since.has_value() || gap_.dropped > 0;
+  if (!status_.ok() || (queue_.empty() && !gap)) return;
+  for (AuditRecord& record : queue_) pending_.push_back(std::move(record));
+  queue_.clear();
+  if (!gap) return;
+  AuditRecord record;
+  record.action = "audit_gap";
+  record.time = options_.clock();
+  if (gap_.failed_since.has_value()) {
+    record.outcome = absl::StatusCodeToString(gap_.error.code());
+    record.reason = std::string(gap_.error.message());
+    record.details.emplace_back("unwritable_from",
+                                FormatAuditTime(*gap_.failed_since));
+    record.details.emplace_back("unwritable_until",
+                                FormatAuditTime(*gap_.failed_until));
+  }
+  record.details.emplace_back("dropped", absl::StrCat(gap_.dropped));
+  if (gap_.dropped > 0) {
+    record.details.emplace_back("first_dropped",
+                                FormatAuditTime(gap_.first_dropped));
+    record.details.emplace_back("last_dropped",
+                                FormatAuditTime(gap_.last_dropped));
+  }
+  pending_.push_back(std::move(record));
+  ++appended_;  // the gap record is processed like an appended one
+  gap_ = Gap();
+}
+
+void AuditLog::WriteAndReport() {
+  {
+    absl::MutexLock lock(&mu_);
+    TakeQueuedLocked();
+  }
+  const absl::Status written = WritePending();
+  const absl::Time now = options_.clock();
+  absl::MutexLock lock(&mu_);
+  written_ += unreported_writes_;
+  processed_ += unreported_writes_;
+  unreported_writes_ = 0;
+  if (!written.ok()) {
+    if (status_.ok()) {
+      ++failures_;
+      gap_.failed_since = now;
+    }
+    status_ = written;
+    gap_.error = written;
+  } else if (!status_.ok()) {
+    status_ = absl::OkStatus();
+    gap_.failed_until = now;
+  }
+}
+
+absl::Status AuditLog::WritePending() {
+  FG_RETURN_IF_ERROR(CutTornLine());
+  FG_RETURN_IF_ERROR(AnchorAndRotateIfDue());
+  while (!pending_.empty()) {
+    FG_RETURN_IF_ERROR(WriteRecord(pending_.front()));
+    pending_.pop_front();
+    ++unreported_writes_;
+    if (options_.fsync == AuditFsync::kEveryRecord) {
+      FG_RETURN_IF_ERROR(SyncFile());
+    }
+    FG_RETURN_IF_ERROR(AnchorAndRotateIfDue());
+  }
+  if (unsynced_ && options_.fsync != AuditFsync::kOff) {
+    FG_RETURN_IF_ERROR(SyncFile());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AuditLog::CutTornLine() {
+  if (!torn_) return absl::OkStatus();
+  if (::ftruncate(fd_, file_size_) != 0) {
+    return ErrnoToStatus(
+        errno, absl::StrCat("cut a partly written line off audit file ",
+                            options_.path));
+  }
+  torn_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status AuditLog::AnchorAndRotateIfDue() {
+  const bool signing = !options_.signing_key_pem.empty();
+  if (signing && since_anchor_ >= options_.anchor_every) {
+    FG_RETURN_IF_ERROR(WriteAnchor());
+  }
+  if (options_.rotate_bytes > 0 && file_size_ >= options_.rotate_bytes) {
+    // Each closed file ends signed.
+    if (signing && !last_is_anchor_) FG_RETURN_IF_ERROR(WriteAnchor());
+    FG_RETURN_IF_ERROR(Rotate());
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AuditLog::WriteRecord(const AuditRecord& record) {
@@ -323,18 +509,7 @@ absl::Status AuditLog::WriteRecord(const AuditRecord& record) {
   json["reason"] = OrNull(record.reason);
   json["details"] = std::move(details);
   json["prev"] = prev_hash_;
-  FG_RETURN_IF_ERROR(WriteLine(Dump(json), /*is_anchor=*/false));
-
-  const bool signing = !options_.signing_key_pem.empty();
-  if (signing && since_anchor_ >= options_.anchor_every) {
-    FG_RETURN_IF_ERROR(WriteAnchor());
-  }
-  if (options_.rotate_bytes > 0 && file_size_ >= options_.rotate_bytes) {
-    // Each closed file ends signed.
-    if (signing && !last_is_anchor_) FG_RETURN_IF_ERROR(WriteAnchor());
-    FG_RETURN_IF_ERROR(Rotate());
-  }
-  return absl::OkStatus();
+  return WriteLine(Dump(json), /*is_anchor=*/false);
 }
 
 absl::Status AuditLog::WriteAnchor() {
@@ -360,7 +535,10 @@ absl::Status AuditLog::WriteAnchor() {
   json["details"] = Json{{"head_seq", next_seq_ - 1}};
   json["sig"] = std::move(sig);
   json["prev"] = prev_hash_;
-  return WriteLine(Dump(json), /*is_anchor=*/true);
+  FG_RETURN_IF_ERROR(WriteLine(Dump(json), /*is_anchor=*/true));
+  absl::MutexLock lock(&mu_);
+  ++anchors_;
+  return absl::OkStatus();
 }
 
 absl::Status AuditLog::WriteLine(std::string line, bool is_anchor) {
@@ -368,52 +546,58 @@ absl::Status AuditLog::WriteLine(std::string line, bool is_anchor) {
   line.push_back('\n');
   size_t done = 0;
   while (done < line.size()) {
-    const ssize_t n = ::write(fd_, line.data() + done, line.size() - done);
+    const ssize_t n =
+        options_.file.write(fd_, line.data() + done, line.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
+      torn_ = done > 0;
       return ErrnoToStatus(errno,
                            absl::StrCat("write audit file ", options_.path));
     }
     done += static_cast<size_t>(n);
-    file_size_ += n;
   }
+  file_size_ += static_cast<int64_t>(line.size());
+  unsynced_ = true;
   prev_hash_ = std::move(hash);
   ++next_seq_;
   last_is_anchor_ = is_anchor;
   since_anchor_ = is_anchor ? 0 : since_anchor_ + 1;
-  if (options_.fsync == AuditFsync::kEveryRecord)
-    FG_RETURN_IF_ERROR(SyncFile());
-  absl::MutexLock lock(&mu_);
-  ++(is_anchor ? anchors_ : written_);
   return absl::OkStatus();
 }
 
 absl::Status AuditLog::SyncFile() {
-  if (::fsync(fd_) != 0) {
+  if (options_.file.fsync(fd_) != 0) {
     return ErrnoToStatus(errno,
                          absl::StrCat("fsync audit file ", options_.path));
   }
+  unsynced_ = false;
   return absl::OkStatus();
 }
 
+// Rotate is safe to try again after any step failed: the file is closed
+// once, renamed only while it exists, and the new one opened last.
 absl::Status AuditLog::Rotate() {
   const std::string& path = options_.path;
-  FG_RETURN_IF_ERROR(SyncFile());
-  const int old_fd = fd_;
-  fd_ = -1;
-  if (::close(old_fd) != 0) {
-    return ErrnoToStatus(errno, absl::StrCat("close audit file ", path));
+  if (fd_ >= 0) {
+    FG_RETURN_IF_ERROR(SyncFile());
+    const int old_fd = fd_;
+    fd_ = -1;
+    if (::close(old_fd) != 0) {
+      return ErrnoToStatus(errno, absl::StrCat("close audit file ", path));
+    }
   }
-  std::string target = RotatedPath(path, next_rotation_);
   struct stat st;
-  while (::lstat(target.c_str(), &st) == 0) {
-    target = RotatedPath(path, ++next_rotation_);
+  if (::lstat(path.c_str(), &st) == 0) {
+    std::string target = RotatedPath(path, next_rotation_);
+    while (::lstat(target.c_str(), &st) == 0) {
+      target = RotatedPath(path, ++next_rotation_);
+    }
+    if (::rename(path.c_str(), target.c_str()) != 0) {
+      return ErrnoToStatus(
+          errno, absl::StrCat("rename audit file ", path, " to ", target));
+    }
+    ++next_rotation_;
   }
-  if (::rename(path.c_str(), target.c_str()) != 0) {
-    return ErrnoToStatus(
-        errno, absl::StrCat("rename audit file ", path, " to ", target));
-  }
-  ++next_rotation_;
   fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
                0600);
   if (fd_ < 0) {

@@ -93,6 +93,7 @@ absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view text) {
 LogLevel LevelOf(const ServerEvent& event) {
   switch (event.kind) {
     case EventKind::kEquivocation:
+    case EventKind::kAuditUnwritable:
       return LogLevel::kError;
     case EventKind::kGroupRestored:
       return event.status.ok() ? LogLevel::kInfo : LogLevel::kError;

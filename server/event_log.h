@@ -32,8 +32,8 @@ enum class LogLevel { kDebug, kInfo, kWarning, kError };
 absl::StatusOr<LogFormat> ParseLogFormat(absl::string_view text);
 absl::StatusOr<LogLevel> ParseLogLevel(absl::string_view text);
 
-// LevelOf is an event's level: error for equivocation and a failed
-// restore; warning for refusals, limit hits, failed rounds and abnormal
+// LevelOf is an event's level: error for equivocation, a failed restore
+// and an audit log that cannot be written; warning for refusals, limit hits, failed rounds and abnormal
 // ends; debug for status reads; info otherwise.
 LogLevel LevelOf(const ServerEvent& event);
 

@@ -46,6 +46,10 @@ const char* EventKindName(EventKind kind) {
       return "group_restored";
     case EventKind::kConnectionsRefused:
       return "connections_refused";
+    case EventKind::kAuditUnwritable:
+      return "audit_unwritable";
+    case EventKind::kAuditWritable:
+      return "audit_writable";
   }
   return "unknown";
 }

@@ -45,6 +45,9 @@ enum class EventKind {
   kConnectionsRefused,    // TCP connections refused by the connection caps
                           // since the last such event (at most one per
                           // period); details: counts by limit
+  kAuditUnwritable,       // the audit log cannot be written (status says
+                          // why): joins and new rounds are refused
+  kAuditWritable,         // the audit log can be written again
 };
 
 const char* EventKindName(EventKind kind);

@@ -10,6 +10,13 @@
 
 namespace fedgather::server {
 
+absl::Status AuditAdmission(const absl::Status& audit) {
+  if (audit.ok()) return audit;
+  return absl::UnavailableError(
+      absl::StrCat("the audit log cannot be written: ", audit.message(),
+                   "; the server admits no joins or rounds until it can"));
+}
+
 FedgatherServer::FedgatherServer(ServerOptions options)
     : options_(std::move(options)) {}
 
@@ -43,6 +50,15 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
         ") must be positive and at most half the heartbeat timeout (",
         absl::FormatDuration(options.limits.heartbeat_timeout), ")"));
   }
+  const RefusalThrottleOptions& refusals = options.refusal_records;
+  if (refusals.max_field_bytes < 16 ||
+      refusals.window <= absl::ZeroDuration() ||
+      refusals.bytes_per_second < 1 || refusals.burst_bytes < 1 ||
+      refusals.max_keys < 1) {
+    return absl::InvalidArgumentError(
+        "refusal record bounds: the field bound must be >= 16 bytes, and the "
+        "window, the bytes per second, the burst and the keys positive");
+  }
   std::unique_ptr<FedgatherServer> server(
       new FedgatherServer(std::move(options)));
   ServerOptions& o = server->options_;
@@ -54,6 +70,17 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
     server->audit_sink_ = std::make_unique<AuditEventSink>(
         server->audit_log_.get(), o.limits.events);
     o.limits.events = server->audit_sink_.get();
+    // Fail closed: no new join or round while their records cannot be
+    // written (docs/security.md).
+    o.limits.admission = [log = server->audit_log_.get()] {
+      return AuditAdmission(log->status());
+    };
+  }
+  if (o.limits.events != nullptr) {
+    o.refusal_records.clock = o.clock;
+    server->refusals_ =
+        std::make_unique<RefusalThrottle>(o.refusal_records, o.limits.events);
+    o.limits.events = server->refusals_.get();
   }
   if (!o.metrics_listen.empty()) {
     FG_ASSIGN_OR_RETURN(
@@ -88,7 +115,8 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
                                                   server->access_.get());
 
   // The standard health service (grpc.health.v1.Health), gRPC's own: it
-  // answers SERVING from here on and NOT_SERVING once Shutdown begins. It
+  // answers SERVING from here on, NOT_SERVING while the audit log cannot be
+  // written (WatchAuditLog) and once a drain or Shutdown begins. It
   // runs no access check (it tells nothing but that); see docs/security.md.
   grpc::EnableDefaultHealthCheckService(true);
   // The gate listens and accepts; gRPC gets the connections it admits.
@@ -169,10 +197,34 @@ void FedgatherServer::RunTimers() {
       registry_->CheckTimers(now, &callbacks);
     }
     first_frame_->Expire(now);
+    WatchAuditLog();
+    if (refusals_ != nullptr) refusals_->CloseWindows(now);
     if (now >= next_recheck) {
       access_->RecheckSessions("periodic check");
       next_recheck = now + options_.certificate_recheck_period;
     }
+  }
+}
+
+void FedgatherServer::WatchAuditLog() {
+  if (audit_log_ == nullptr) return;
+  const absl::Status status = audit_log_->status();
+  if (status.ok() == audit_writable_) return;
+  audit_writable_ = status.ok();
+  // A drain has said NOT_SERVING for good.
+  {
+    absl::MutexLock lock(&health_mu_);
+    if (!registry_->draining()) {
+      server_->GetHealthCheckService()->SetServingStatus(audit_writable_);
+    }
+  }
+  if (options_.limits.events != nullptr) {
+    ServerEvent changed;
+    changed.kind = audit_writable_ ? EventKind::kAuditWritable
+                                   : EventKind::kAuditUnwritable;
+    changed.details = {{"audit_log", options_.audit.path}};
+    changed.status = AuditAdmission(status);
+    options_.limits.events->OnEvent(changed);
   }
 }
 
@@ -190,6 +242,7 @@ int FedgatherServer::Drain(absl::Duration timeout) {
   }
   // After the registry: whoever sees NOT_SERVING finds joins refused.
   if (server_ != nullptr) {
+    absl::MutexLock lock(&health_mu_);
     server_->GetHealthCheckService()->SetServingStatus(false);
   }
   const absl::Time deadline = absl::Now() + timeout;

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -26,10 +27,17 @@
 #include "server/connection_gate.h"
 #include "server/first_frame_deadlines.h"
 #include "server/group_registry.h"
+#include "server/refusal_throttle.h"
 #include "server/rendezvous_service.h"
 #include "server/server_metrics.h"
 
 namespace fedgather::server {
+
+// AuditAdmission is OK for an audit log that can be written (`audit`, its
+// status, is OK), and otherwise the UNAVAILABLE that refuses joins and new
+// rounds: "the audit log cannot be written: <why>; the server admits no
+// joins or rounds until it can".
+absl::Status AuditAdmission(const absl::Status& audit);
 
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:0";  // port 0 picks a free port
@@ -40,6 +48,9 @@ struct ServerOptions {
   // and audit.signing_key_pem is empty, the server's TLS key signs anchors.
   AuditLogOptions audit;
   bool audit_sign = true;
+  // Bounds on refusal records in the audit log and the server's log
+  // (server/refusal_throttle.h); its clock is set to `clock`.
+  RefusalThrottleOptions refusal_records;
   GroupLimits limits;  // limits.events also gets every event
   // How often timers are checked; bounds how late a timeout is noticed.
   absl::Duration timer_period = absl::Milliseconds(100);
@@ -67,9 +78,11 @@ struct ServerOptions {
 class FedgatherServer {
  public:
   // Start opens the audit log, loads the policy and CRL, binds and starts
-  // serving. INVALID_ARGUMENT for bad options or a bad policy or CRL (the
-  // message names the file), the audit log's error, UNAVAILABLE when the
-  // address cannot be bound.
+  // serving. While the audit log cannot be written the server fails
+  // closed: joins and new rounds get AuditAdmission's UNAVAILABLE and the
+  // health service says NOT_SERVING (within one timer period). INVALID_ARGUMENT
+  // for bad options or a bad policy or CRL (the message names the file), the
+  // audit log's error, UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<FedgatherServer>> Start(
       ServerOptions options);
 
@@ -104,12 +117,17 @@ class FedgatherServer {
  private:
   explicit FedgatherServer(ServerOptions options);
   void RunTimers();
+  // WatchAuditLog, on the timer thread, turns the health service to
+  // NOT_SERVING when the audit log stops being writable and back to SERVING
+  // when it is again (unless draining), with one event each time.
+  void WatchAuditLog();
 
   ServerOptions options_;
   std::unique_ptr<AuditLog> audit_log_;
   std::unique_ptr<AuditEventSink> audit_sink_;
-  std::unique_ptr<ServerMetrics> metrics_;  // outlives the gRPC server
-  std::unique_ptr<ConnectionGate> gate_;    // stopped before the server
+  std::unique_ptr<RefusalThrottle> refusals_;  // before the audit sink
+  std::unique_ptr<ServerMetrics> metrics_;     // outlives the gRPC server
+  std::unique_ptr<ConnectionGate> gate_;       // stopped before the server
   std::unique_ptr<GroupRegistry> registry_;
   std::unique_ptr<AccessControl> access_;
   std::unique_ptr<FirstFrameDeadlines> first_frame_;
@@ -119,6 +137,9 @@ class FedgatherServer {
   int port_ = 0;
   absl::Notification stop_;
   std::thread timers_;
+  bool audit_writable_ = true;  // the timer thread's view
+  // Orders WatchAuditLog's health changes against Drain's NOT_SERVING.
+  absl::Mutex health_mu_;
   std::once_flag shutdown_once_;
   absl::Status shutdown_status_;
 };

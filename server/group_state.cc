@@ -143,6 +143,11 @@ absl::Status GroupState::Join(const std::string& identity,
     }
     requested = static_cast<int>(request.requested_rank());
   }
+  if (request.resume_epoch() == 0) {
+    if (absl::Status admitted = AdmissionLocked(); !admitted.ok()) {
+      return admitted;
+    }
+  }
   if (request.resume_epoch() != 0) {
     return ResumeLocked(identity, peer, request, std::move(session), now,
                         callbacks);
@@ -487,6 +492,11 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
         seq + 1));
   }
   if (!closing_.ok()) return closing_;
+  if (absl::Status admitted = AdmissionLocked(); !admitted.ok()) {
+    // Every rank of this seq gets the same refusal; the epoch stays in step.
+    KeepOutcomeLocked(seq, admitted);
+    return admitted;
+  }
   if (static_cast<int>(rounds_.size()) >= config_.max_rounds_in_flight) {
     const absl::Status too_many = absl::ResourceExhaustedError(absl::StrCat(
         Describe(), ": rank ", header.rank(), " (", identity,
@@ -515,10 +525,10 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindEndedRoundLocked(
     return nullptr;
   }
   if (ended_.identities[header.rank()] != identity) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "group '", name_, "' epoch ", ended_.epoch, ": identity '", identity,
-        "' may not resume rank ", header.rank(),
-        ", which was bound to another identity"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("group '", name_, "' epoch ", ended_.epoch, ": identity '",
+                     identity, "' may not resume rank ", header.rank(),
+                     ", which was bound to another identity"));
   }
   return round->second;
 }
@@ -595,15 +605,24 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
     }
     rounds_.erase(it);
   }
-  if (journal_ != nullptr) {
-    // Best effort: a restart without it only answers a late rank less well.
-    journal_->Finished(seq, outcome).IgnoreError();
-  }
-  outcomes_[seq] = BoundStatus(outcome);
-  TrimOutcomesLocked();
+  KeepOutcomeLocked(seq, outcome);
   if (!closing_.ok() && rounds_.empty()) {
     EndEpochLocked(closing_, nullptr, &callbacks);
   }
+}
+
+absl::Status GroupState::AdmissionLocked() const {
+  return limits_.admission ? limits_.admission() : absl::OkStatus();
+}
+
+void GroupState::KeepOutcomeLocked(uint64_t seq, const absl::Status& outcome) {
+  const absl::Status kept = BoundStatus(outcome);
+  if (journal_ != nullptr) {
+    // Best effort: a restart without it only answers a late rank less well.
+    journal_->Finished(seq, kept).IgnoreError();
+  }
+  outcomes_[seq] = kept;
+  TrimOutcomesLocked();
 }
 
 void GroupState::TrimOutcomesLocked() {

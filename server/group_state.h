@@ -63,6 +63,11 @@ struct GroupLimits {
   // (GroupJournal); empty keeps nothing, so a restart forgets every epoch.
   // Needs a positive resume_grace: members resume after a restart.
   std::string state_dir;
+  // Whether new work may start: while it returns an error, new joins and
+  // new rounds are refused with it (the server closes this gate while its
+  // audit log cannot be written). Null admits everything. Called under the
+  // group's lock: it must not block or take a server lock.
+  std::function<absl::Status()> admission;
   EventSink* events = nullptr;       // may be null; must outlive the group
   ServerMetrics* metrics = nullptr;  // may be null; must outlive the group
 };
@@ -101,7 +106,8 @@ class GroupState {
   // A current member that joins again ends the epoch first (it restarted),
   // unless it names the current epoch in resume_epoch (and its rank): then
   // its new session takes the old one's place and gets Joined again. A
-  // resume_epoch that is not current is FAILED_PRECONDITION.
+  // resume_epoch that is not current is FAILED_PRECONDITION. While
+  // limits.admission refuses, a join that is not a resume gets its status.
   // `peer` is the session's address, for events.
   absl::Status Join(const std::string& identity, const std::string& peer,
                     const v1::JoinRequest& request,
@@ -136,7 +142,9 @@ class GroupState {
   // that ended last too: its completed rounds stay resumable by their ranks
   // until each is settled (Round::Settled; CheckTimers drops it), so a
   // member that leaves after a commit takes the result from nobody whose
-  // download broke.
+  // download broke. While limits.admission refuses, a header that would
+  // open a new round gets its status, and so does every rank of that seq
+  // (rounds in flight carry on).
   absl::StatusOr<std::shared_ptr<Round>> FindRound(
       const std::string& identity, const v1::CollectiveHeader& header,
       absl::Time now, PendingCallbacks* callbacks);
@@ -215,6 +223,12 @@ class GroupState {
 
   std::string Describe() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormLocked(absl::Time now, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AdmissionLocked is limits_.admission's answer (OK without one).
+  absl::Status AdmissionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // KeepOutcomeLocked keeps how round `seq` ended, for ranks that come late
+  // (and in the journal, for after a restart).
+  void KeepOutcomeLocked(uint64_t seq, const absl::Status& outcome)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JoinedLocked is the formed epoch's view for `rank`.
   v1::Joined JoinedLocked(int rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   int64_t audit_rotate_mib = 64;
   int audit_anchor_every = 1000;
   bool audit_unsigned = false;
+  fedgather::server::RefusalThrottleOptions refusal_records;
+  double refusal_window = absl::ToDoubleSeconds(refusal_records.window);
   double cert_recheck = 30;
   double round_timeout = 300, join_timeout = 300, heartbeat_interval = 1,
          heartbeat_timeout = 5, first_frame_timeout = 10;
@@ -127,6 +129,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--audit-unsigned", audit_unsigned,
                "do not sign the audit chain with the server key");
+  app.add_option("--refusal-field-bytes", refusal_records.max_field_bytes,
+                 "refused callers' identity, peer, group and reason are cut "
+                 "to this many bytes in the audit log and the server's log")
+      ->capture_default_str();
+  app.add_option("--refusal-window", refusal_window,
+                 "seconds over which repeated refusals of one caller are "
+                 "counted into one record")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--refusal-bytes-per-second", refusal_records.bytes_per_second,
+                 "budget of refusal record bytes per second (burst: 4 s of "
+                 "it); refusals beyond it are counted, not recorded one by "
+                 "one")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--cert-recheck-seconds", cert_recheck,
                  "seconds between re-checks of live sessions' certificates "
                  "(expiry, CRL)")
@@ -253,6 +270,9 @@ int main(int argc, char** argv) {
     options.tls.insecure_plaintext_for_benchmarks = true;
   }
   options.policy_path = policy;
+  refusal_records.window = Seconds(refusal_window);
+  refusal_records.burst_bytes = 4 * refusal_records.bytes_per_second;
+  options.refusal_records = refusal_records;
   options.certificate_recheck_period = Seconds(cert_recheck);
   options.crl_path = crl;
   if (!audit_log.empty()) {

@@ -92,14 +92,26 @@ class StateCollectable : public prometheus::Collectable {
       families.push_back(std::move(limit));
     }
     if (audit_ != nullptr) {
-      prometheus::MetricFamily written =
-          Family("fedgather_audit_records_written_total",
+      families.push_back(
+          Single("fedgather_audit_records_written_total",
                  "audit records written to the log (anchors excluded)",
-                 prometheus::MetricType::Counter);
-      prometheus::ClientMetric metric;
-      metric.counter.value = static_cast<double>(audit_->records_written());
-      written.metric.push_back(std::move(metric));
-      families.push_back(std::move(written));
+                 prometheus::MetricType::Counter,
+                 static_cast<double>(audit_->records_written())));
+      families.push_back(Single(
+          "fedgather_audit_writable",
+          "1 while the audit log can be written; 0 while it cannot (joins "
+          "and new rounds are refused)",
+          prometheus::MetricType::Gauge, audit_->status().ok() ? 1 : 0));
+      families.push_back(Single("fedgather_audit_write_failures_total",
+                                "times writing the audit log started to fail",
+                                prometheus::MetricType::Counter,
+                                static_cast<double>(audit_->write_failures())));
+      families.push_back(Single(
+          "fedgather_audit_records_dropped_total",
+          "audit records dropped: appended while the most that may wait in "
+          "memory were waiting, or left unwritten at stop",
+          prometheus::MetricType::Counter,
+          static_cast<double>(audit_->records_dropped())));
     }
     if (open_ != nullptr) {
       prometheus::MetricFamily open = Family(
@@ -119,6 +131,21 @@ class StateCollectable : public prometheus::Collectable {
     family.name = std::move(name);
     family.help = std::move(help);
     family.type = type;
+    return family;
+  }
+  // Single is a family of one unlabelled gauge or counter.
+  static prometheus::MetricFamily Single(std::string name, std::string help,
+                                         prometheus::MetricType type,
+                                         double value) {
+    prometheus::MetricFamily family =
+        Family(std::move(name), std::move(help), type);
+    prometheus::ClientMetric metric;
+    if (type == prometheus::MetricType::Counter) {
+      metric.counter.value = value;
+    } else {
+      metric.gauge.value = value;
+    }
+    family.metric.push_back(std::move(metric));
     return family;
   }
   static void AddGauge(prometheus::MetricFamily* family,

@@ -13,7 +13,8 @@
 //   * the connection gate: connections refused, by limit
 //     (ConnectionRefused).
 // Gauges that describe the present (members by connection state, rounds in
-// flight, buffered bytes against the limit, audit records written, TCP
+// flight, buffered bytes against the limit, audit records written and
+// dropped, whether the audit log can be written, its write failures, TCP
 // connections open) are computed from a GroupRegistry, an AuditLog and
 // OpenConnections at scrape time.
 //

@@ -52,6 +52,10 @@ absl::Status RunAuditVerify(const AuditVerifyCommandOptions& options,
               ? "; the chain starts after seq 0 (older files not given)"
               : "")
       << std::endl;
+  for (const std::string& cut : report.cut_tails) {
+    out << "cut-off tail, recorded by the server at its next start: " << cut
+        << std::endl;
+  }
   return absl::OkStatus();
 }
 

@@ -63,6 +63,8 @@ TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   if (options.audit) {
     server_options.audit.path = audit_path();
     server_options.audit.anchor_every = 50;
+    server_options.audit.file = options.audit_file;
+    server_options.audit.retry_period = options.audit_retry_period;
   }
   server_options.limits = options.limits;
   if (options.metrics) server_options.metrics_listen = "127.0.0.1:0";

@@ -45,6 +45,9 @@ struct ClusterOptions {
   // Extra keys of group "demo", indented by 4 (e.g. "    min_quorum: 2\n").
   std::string group_extra;
   bool audit = false;          // a signed audit log at dir()/audit.jsonl
+  // The audit log's file calls and retry period (AuditLogOptions).
+  server::AuditFileCalls audit_file;
+  absl::Duration audit_retry_period = absl::Seconds(1);
   bool crl = false;            // --crl dir()/crl.pem, which starts empty
   server::GroupLimits limits;  // events are set by the cluster
   absl::Duration certificate_recheck_period = absl::Seconds(30);

@@ -30,6 +30,7 @@
 #include "common/cert_issuer.h"
 #include "common/file_io.h"
 #include "tests/common/subprocess.h"
+#include "tests/server/failing_audit_disk.h"
 
 extern char** environ;
 
@@ -147,6 +148,25 @@ AuditVerifyOptions WithCert(const std::string& cert_pem) {
   AuditVerifyOptions options;
   options.server_cert_pem = cert_pem;
   return options;
+}
+
+std::vector<Json> Records(const std::string& path) {
+  std::vector<Json> records;
+  for (const std::string& line : ReadLines(path)) {
+    records.push_back(Json::parse(line));
+  }
+  return records;
+}
+
+std::string Details(const Json& record, const std::string& key) {
+  return record["details"][key].get<std::string>();
+}
+
+// Runs the built `fedgather` CLI; returns its exit code and fills `out` and
+// `err` with its stdout and stderr.
+int RunCli(std::vector<std::string> args, std::string* out, std::string* err) {
+  args.insert(args.begin(), FEDGATHER_CLI_PATH);
+  return fedgather::testing::RunProcess(std::move(args), out, err);
 }
 
 TEST(AuditChainTest, AnchorSignaturesVerifyOnlyForTheSignedHead) {
@@ -337,7 +357,7 @@ TEST(AuditLogTest, OpenCreatesAMissingDirectory) {
       << refused.status();
 }
 
-TEST(AuditLogTest, OpenRefusesATruncatedFile) {
+TEST(AuditLogTest, OpenRefusesAFileWhoseLastWholeLineIsNotARecord) {
   const ScopedDir dir;
   const std::string path = dir.path() + "/audit.jsonl";
   {
@@ -346,16 +366,95 @@ TEST(AuditLogTest, OpenRefusesATruncatedFile) {
     ASSERT_TRUE(log->Close().ok());
   }
   std::string contents = ReadFileToString(path).value();
-  ASSERT_TRUE(WriteStringToFile(path, contents + "{\"seq\":1,\"ti", 0600).ok());
-  const auto torn = AuditLog::Open(Options(path));
-  ASSERT_TRUE(absl::IsFailedPrecondition(torn.status())) << torn.status();
-  EXPECT_THAT(std::string(torn.status().message()), HasSubstr(path));
-  EXPECT_THAT(std::string(torn.status().message()),
-              HasSubstr("fedgather audit verify"));
-
   ASSERT_TRUE(WriteStringToFile(path, contents + "not json\n", 0600).ok());
   const auto garbage = AuditLog::Open(Options(path));
-  EXPECT_TRUE(absl::IsFailedPrecondition(garbage.status())) << garbage.status();
+  ASSERT_TRUE(absl::IsFailedPrecondition(garbage.status())) << garbage.status();
+  EXPECT_THAT(std::string(garbage.status().message()), HasSubstr(path));
+  EXPECT_THAT(std::string(garbage.status().message()),
+              HasSubstr("fedgather audit verify"));
+}
+
+// A crash cut the last line of a signed log: the server sets the file aside,
+// starts the next one with a record of the cut, and the whole history,
+// cut bytes included, verifies with the server's certificate.
+TEST(AuditLogTest, OpenSetsACutOffFileAsideAndRecordsTheCut) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  const std::string cert = dir.path() + "/server.pem";
+  ASSERT_TRUE(WriteStringToFile(cert, TestKeys().server.cert_pem).ok());
+  const AuditLogOptions options = Options(path, /*sign=*/true);
+  {
+    auto log = AuditLog::Open(options).value();
+    for (int i = 0; i < 3; ++i) log->Append(Contribution(0, i));
+    ASSERT_TRUE(log->Close().ok());
+  }
+  const std::vector<std::string> intact = ReadLines(path);
+  const uint64_t last_seq = Json::parse(intact.back())["seq"];
+  const std::string cut = "{\"seq\":4,\"ti";
+  const std::string damaged = ReadFileToString(path).value() + cut;
+  ASSERT_TRUE(WriteStringToFile(path, damaged, 0600).ok());
+
+  auto log = AuditLog::Open(options);
+  ASSERT_TRUE(log.ok()) << log.status();
+  (*log)->Append(Contribution(1, 0));
+  ASSERT_TRUE((*log)->Close().ok());
+
+  // The damaged file is kept, byte for byte, as the first rotated file.
+  const std::string aside = path + ".000001";
+  EXPECT_EQ(ReadFileToString(aside).value(), damaged);
+  const std::vector<Json> records = Records(path);
+  ASSERT_GE(records.size(), 2u);
+  const Json& record = records.front();
+  EXPECT_EQ(record["action"], "audit_tail_cut");
+  EXPECT_EQ(record["seq"], last_seq + 1);
+  EXPECT_EQ(record["prev"], AuditLineHash(intact.back()));
+  EXPECT_EQ(record["outcome"], "DATA_LOSS");
+  EXPECT_EQ(Details(record, "file"), "audit.jsonl.000001");
+  EXPECT_EQ(Details(record, "cut_bytes"), absl::StrCat(cut.size()));
+  EXPECT_EQ(Details(record, "after_seq"), absl::StrCat(last_seq));
+  EXPECT_EQ(records[1]["action"], "contribution");
+
+  const auto report =
+      VerifyAuditFiles({aside, path}, WithCert(TestKeys().server.cert_pem));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_TRUE(report->signed_to_end);
+  ASSERT_EQ(report->cut_tails.size(), 1u);
+  EXPECT_THAT(report->cut_tails[0],
+              HasSubstr(absl::StrCat(cut.size(), " bytes cut off after record ",
+                                     last_seq)));
+  std::string out, err;
+  EXPECT_EQ(
+      RunCli({"audit", "verify", aside, path, "--cert", cert}, &out, &err), 0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("cut-off tail, recorded by the server at its "
+                             "next start: "));
+  // Without the record of the cut, a cut-off line is still caught.
+  const auto alone = VerifyAuditFiles({aside}, {});
+  EXPECT_TRUE(absl::IsDataLoss(alone.status())) << alone.status();
+}
+
+TEST(AuditLogTest, OpenRefusesACutOffFileDamagedBeforeItsLastLine) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  {
+    auto log = AuditLog::Open(Options(path)).value();
+    for (int i = 0; i < 3; ++i) log->Append(Contribution(0, i));
+    ASSERT_TRUE(log->Close().ok());
+  }
+  std::vector<std::string> lines = ReadLines(path);
+  lines[1].replace(lines[1].find("demo"), 4, "dema");
+  WriteLines(path, lines);
+  const std::string damaged = ReadFileToString(path).value() + "{\"seq\":3";
+  ASSERT_TRUE(WriteStringToFile(path, damaged, 0600).ok());
+
+  const auto refused = AuditLog::Open(Options(path));
+  ASSERT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("record 1"));
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("fedgather audit verify"));
+  // Nothing was moved or written.
+  EXPECT_EQ(ReadFileToString(path).value(), damaged);
+  EXPECT_NE(::access((path + ".000001").c_str(), F_OK), 0);
 }
 
 TEST(AuditLogTest, RotationKeepsOneChainAcrossFiles) {
@@ -414,6 +513,126 @@ TEST(AuditLogTest, RotationKeepsOneChainAcrossFiles) {
   const auto again = VerifyAuditFiles(files, cert);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->records, report->records + 2);
+}
+
+AuditLogOptions FailingOptions(const std::string& path,
+                               FailingAuditDisk* disk) {
+  AuditLogOptions options = Options(path);
+  options.file = disk->Calls();
+  options.retry_period = absl::Milliseconds(5);
+  return options;
+}
+
+TEST(AuditFailureTest, AFailedWriteFailsClosedKeepsItsRecordsAndRecovers) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  auto log = AuditLog::Open(FailingOptions(path, &disk)).value();
+  log->Append(Contribution(0, 0));
+  ASSERT_TRUE(log->Flush().ok());
+
+  // The disk fills up in the middle of a line.
+  disk.partial_bytes = 10;
+  disk.write_errno = ENOSPC;
+  log->Append(Contribution(0, 1));
+  log->Append(Contribution(0, 2));
+  const absl::Status failed = log->Flush();
+  ASSERT_TRUE(absl::IsResourceExhausted(failed)) << failed;
+  EXPECT_THAT(std::string(failed.message()),
+              HasSubstr(absl::StrCat("write audit file ", path)));
+  EXPECT_EQ(log->status(), failed);
+  EXPECT_EQ(log->write_failures(), 1u);
+  // Retries keep failing and keep the records; nothing is dropped.
+  EXPECT_FALSE(log->WaitUntilWritten(absl::Milliseconds(50)));
+  EXPECT_FALSE(log->status().ok());
+  EXPECT_EQ(log->records_dropped(), 0u);
+
+  disk.write_errno = 0;
+  ASSERT_TRUE(log->WaitUntilWritten(absl::Seconds(20)));
+  EXPECT_TRUE(log->status().ok()) << log->status();
+  EXPECT_EQ(log->write_failures(), 1u);
+  ASSERT_TRUE(log->Close().ok());
+
+  // The partly written line was cut off; the kept records follow, then the
+  // record of the gap.
+  const std::vector<Json> records = Records(path);
+  ASSERT_EQ(records.size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(records[i]["action"], "contribution");
+    EXPECT_EQ(records[i]["collective_seq"], i);
+  }
+  const Json& gap = records[3];
+  EXPECT_EQ(gap["action"], "audit_gap");
+  EXPECT_EQ(gap["outcome"], "RESOURCE_EXHAUSTED");
+  EXPECT_THAT(gap["reason"].get<std::string>(), HasSubstr("write audit file"));
+  EXPECT_EQ(Details(gap, "dropped"), "0");
+  EXPECT_LE(Details(gap, "unwritable_from"), Details(gap, "unwritable_until"));
+  EXPECT_LE(records[2]["time"].get<std::string>(), gap["time"]);
+  EXPECT_TRUE(VerifyAuditFiles({path}, {}).ok());
+}
+
+TEST(AuditFailureTest, RecordsBeyondTheQueueBoundAreDroppedAndReported) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  AuditLogOptions options = FailingOptions(path, &disk);
+  options.max_queued_records = 2;
+  auto log = AuditLog::Open(options).value();
+  disk.write_errno = EIO;
+  log->Append(Contribution(0, 0));  // the writer holds it, failing
+  ASSERT_FALSE(log->Flush().ok());
+  for (int i = 1; i <= 5; ++i) log->Append(Contribution(0, i));
+  // Two wait in the queue; three are dropped.
+  EXPECT_EQ(log->records_dropped(), 3u);
+
+  disk.write_errno = 0;
+  ASSERT_TRUE(log->WaitUntilWritten(absl::Seconds(20)));
+  ASSERT_TRUE(log->Close().ok());
+  const std::vector<Json> records = Records(path);
+  ASSERT_EQ(records.size(), 4u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(records[i]["collective_seq"], i);
+  const Json& gap = records[3];
+  EXPECT_EQ(gap["action"], "audit_gap");
+  EXPECT_EQ(Details(gap, "dropped"), "3");
+  EXPECT_LT(Details(gap, "first_dropped"), Details(gap, "last_dropped"));
+  EXPECT_LE(Details(gap, "unwritable_from"), Details(gap, "first_dropped"));
+  EXPECT_TRUE(VerifyAuditFiles({path}, {}).ok());
+}
+
+TEST(AuditFailureTest, AFailedFsyncFailsClosedUntilAnFsyncSucceeds) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  auto log = AuditLog::Open(FailingOptions(path, &disk)).value();
+  disk.fsync_errno = EIO;
+  log->Append(Contribution(0, 0));
+  const absl::Status failed = log->Flush();
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.message()),
+              HasSubstr(absl::StrCat("fsync audit file ", path)));
+  disk.fsync_errno = 0;
+  ASSERT_TRUE(log->WaitUntilWritten(absl::Seconds(20)));
+  EXPECT_TRUE(log->status().ok());
+  ASSERT_TRUE(log->Close().ok());
+  const std::vector<Json> records = Records(path);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1]["action"], "audit_gap");
+  EXPECT_THAT(records[1]["reason"].get<std::string>(), HasSubstr("fsync"));
+}
+
+TEST(AuditFailureTest, CloseWhileFailingReturnsTheErrorAndCountsTheLoss) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  FailingAuditDisk disk;
+  auto log = AuditLog::Open(FailingOptions(path, &disk)).value();
+  disk.write_errno = ENOSPC;
+  log->Append(Contribution(0, 0));
+  log->Append(Contribution(0, 1));
+  EXPECT_FALSE(log->Flush().ok());
+  const absl::Status closed = log->Close();
+  EXPECT_TRUE(absl::IsResourceExhausted(closed)) << closed;
+  EXPECT_EQ(log->records_dropped(), 2u);
+  EXPECT_EQ(log->records_written(), 0u);
 }
 
 class AuditFsyncTest : public ::testing::TestWithParam<AuditFsync> {};
@@ -672,13 +891,6 @@ TEST(AuditVerifyTest, FileProblemsAreNotDataLoss) {
   ASSERT_TRUE(WriteStringToFile(dir + "/empty.jsonl", "", 0600).ok());
   EXPECT_TRUE(absl::IsInvalidArgument(
       VerifyAuditFiles({dir + "/empty.jsonl"}, {}).status()));
-}
-
-// Runs the built `fedgather` CLI; returns its exit code and fills `out` and
-// `err` with its stdout and stderr.
-int RunCli(std::vector<std::string> args, std::string* out, std::string* err) {
-  args.insert(args.begin(), FEDGATHER_CLI_PATH);
-  return fedgather::testing::RunProcess(std::move(args), out, err);
 }
 
 TEST(AuditCliTest, VerifyExitCodes) {

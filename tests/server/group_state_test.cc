@@ -9,11 +9,11 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
 #include "server/event_sink.h"
 #include "server/pending_callbacks.h"
 #include "server/round.h"
@@ -71,6 +71,7 @@ class GroupStateTest : public ::testing::Test {
     limits.heartbeat_timeout = absl::Seconds(5);
     limits.max_chunk_bytes = 1024;
     limits.resume_grace = resume_grace_;
+    limits.admission = [this] { return admission_; };
     limits.events = &events_;
     group_ = std::make_unique<GroupState>(std::move(config), limits);
   }
@@ -150,6 +151,8 @@ class GroupStateTest : public ::testing::Test {
 
   absl::Duration resume_grace_ = absl::ZeroDuration();  // set before MakeGroup
   int max_rounds_in_flight_ = kDefaultGroupRoundsInFlight;  // likewise
+  // What limits.admission answers; a test closes the gate by setting it.
+  absl::Status admission_;
 
   void CheckTimers(absl::Time now) {
     PendingCallbacks callbacks;
@@ -461,8 +464,8 @@ TEST_F(GroupStateTest, AnEndedEpochsCompletedRoundIsResumableUntilSettled) {
   {
     PendingCallbacks callbacks;
     round->StreamLost(0, "reset", kT0, &callbacks);
-    group_->SessionLost(Session("site-b").get(), "it left the group",
-                        At(1), &callbacks, /*left=*/true);
+    group_->SessionLost(Session("site-b").get(), "it left the group", At(1),
+                        &callbacks, /*left=*/true);
     callbacks.Run();
   }
   ASSERT_EQ(Session("site-a")->closes.size(), 1u);  // the epoch ended
@@ -826,6 +829,40 @@ TEST_F(GroupStateTest, AbortRoundsFailsRoundsInFlightAndKeepsTheEpoch) {
   EXPECT_TRUE(Find("site-a", 0, 1).ok());
   for (const char* id : {"site-a", "site-b", "site-c"}) {
     EXPECT_THAT(Session(id)->closes, IsEmpty()) << id;
+  }
+}
+
+TEST_F(GroupStateTest,
+       AClosedAdmissionRefusesJoinsAndNewRoundsNotRoundsInFlight) {
+  MakeGroup();
+  Form();
+  absl::StatusOr<std::shared_ptr<Round>> in_flight = Find("site-a", 0, 0);
+  ASSERT_TRUE(in_flight.ok());
+
+  admission_ = absl::UnavailableError("the audit log cannot be written");
+  // The round in flight carries on: the other ranks still reach it.
+  for (uint32_t rank : {1u, 2u}) {
+    absl::StatusOr<std::shared_ptr<Round>> same =
+        Find(rank == 1 ? "site-b" : "site-c", rank, 0);
+    ASSERT_TRUE(same.ok()) << same.status();
+    EXPECT_EQ(same->get(), in_flight->get());
+  }
+  // A new round is refused, for every rank of its seq alike.
+  EXPECT_EQ(Find("site-a", 0, 1).status(), admission_);
+  EXPECT_EQ(Find("site-b", 1, 1).status(), admission_);
+  // A new join is refused; the epoch is untouched.
+  EXPECT_EQ(Join("site-a"), admission_);
+  EXPECT_THAT(Session("site-a")->closes, IsEmpty());
+
+  // Open again: the next seq starts a round, the epoch still in step.
+  admission_ = absl::OkStatus();
+  EXPECT_EQ(Find("site-c", 2, 1).status(),
+            absl::UnavailableError("the audit log cannot be written"));
+  for (uint32_t rank : {0u, 1u, 2u}) {
+    const std::string identity = rank == 0   ? "site-a"
+                                 : rank == 1 ? "site-b"
+                                             : "site-c";
+    EXPECT_TRUE(Find(identity, rank, 2).ok()) << identity;
   }
 }
 

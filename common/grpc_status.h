@@ -1,17 +1,23 @@
 // Conversions between absl::Status and grpc::Status. The codes map one to
 // one; only the service layer and the client's RPC adapter call these.
+// Every status the server sends goes through ToGrpcStatus, which cuts its
+// message to kMaxStatusMessageBytes (common/bounded_text.h): a message may
+// quote what a caller sent (a claimed identity, tensor names), and gRPC
+// clients refuse trailers over 8 KiB by default.
 #ifndef FEDGATHER_COMMON_GRPC_STATUS_H_
 #define FEDGATHER_COMMON_GRPC_STATUS_H_
 
 #include <grpcpp/support/status.h>
 
 #include "absl/status/status.h"
+#include "common/bounded_text.h"
 
 namespace fedgather {
 
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  const absl::Status bounded = BoundStatus(status);
+  return grpc::Status(static_cast<grpc::StatusCode>(bounded.code()),
+                      std::string(bounded.message()));
 }
 
 // The trailing metadata key of a Collective stream the server finished on

@@ -385,7 +385,7 @@ void CollectiveReactor::FinishWith(const absl::Status& status) {
   context_->AddTrailingMetadata(
       kFinalStatusKey,
       status.GetPayload(kRetryPayload).has_value() ? kFinalStatusRetry : "1");
-  Finish(ToGrpcStatus(BoundStatus(status)));
+  Finish(ToGrpcStatus(status));
 }
 
 void CollectiveReactor::WakeWriter() {

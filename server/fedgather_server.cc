@@ -273,6 +273,8 @@ absl::Status FedgatherServer::Shutdown(absl::Duration grace) {
     if (server_ != nullptr) {
       server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
     }
+    // Streams are done: no refusal comes after this.
+    if (refusals_ != nullptr) refusals_->Flush();
     if (options_.limits.events != nullptr && server_ != nullptr) {
       ServerEvent stopped;
       stopped.kind = EventKind::kServerStopped;

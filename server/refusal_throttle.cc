@@ -80,7 +80,7 @@ void RefusalThrottle::OnEvent(const ServerEvent& event) {
   {
     absl::MutexLock lock(&mu_);
     const absl::Time now = options_.clock();
-    CloseWindowsLocked(now, &out);
+    CloseWindowsLocked(now, /*all=*/false, &out);
     ServerEvent bounded = Bounded(event, options_.max_field_bytes);
     Key key{static_cast<int>(bounded.kind),
             bounded.action,
@@ -104,16 +104,25 @@ void RefusalThrottle::CloseWindows(absl::Time now) {
   std::vector<ServerEvent> out;
   {
     absl::MutexLock lock(&mu_);
-    CloseWindowsLocked(now, &out);
+    CloseWindowsLocked(now, /*all=*/false, &out);
   }
   PassOn(out);
 }
 
-void RefusalThrottle::CloseWindowsLocked(absl::Time now,
+void RefusalThrottle::Flush() {
+  std::vector<ServerEvent> out;
+  {
+    absl::MutexLock lock(&mu_);
+    CloseWindowsLocked(options_.clock(), /*all=*/true, &out);
+  }
+  PassOn(out);
+}
+
+void RefusalThrottle::CloseWindowsLocked(absl::Time now, bool all,
                                          std::vector<ServerEvent>* out) {
   for (auto it = windows_.begin(); it != windows_.end();) {
     Window& window = it->second;
-    if (now < window.start + options_.window) {
+    if (!all && now < window.start + options_.window) {
       ++it;
       continue;
     }
@@ -132,7 +141,8 @@ void RefusalThrottle::CloseWindowsLocked(absl::Time now,
     }
     it = windows_.erase(it);
   }
-  if (suppressed_ > 0 && now >= first_suppressed_ + options_.window) {
+  if (suppressed_ > 0 &&
+      (all || now >= first_suppressed_ + options_.window)) {
     ServerEvent report;
     report.kind = EventKind::kAccessDenied;
     report.action = "refusals_suppressed";

@@ -21,7 +21,7 @@
 //    "refusals_suppressed" event per window reports the count and when.
 //
 // Windows close on the next refusal after them or in CloseWindows, which the
-// server's timer thread calls.
+// server's timer thread calls; Flush closes them all when the server stops.
 //
 // Thread safety: thread-safe; events are passed on outside its lock.
 #ifndef FEDGATHER_SERVER_REFUSAL_THROTTLE_H_
@@ -67,6 +67,9 @@ class RefusalThrottle : public EventSink {
   // CloseWindows passes on the summaries of the windows that ended by
   // `now`, and the suppressed count once its window ended.
   void CloseWindows(absl::Time now) ABSL_LOCKS_EXCLUDED(mu_);
+  // Flush passes on every open window's summary and the suppressed count
+  // now, ended or not, so that a stopping server loses no count.
+  void Flush() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // (kind, action, group, identity, peer host, status), bounded
@@ -78,8 +81,10 @@ class RefusalThrottle : public EventSink {
     uint64_t repeats = 0;
   };
 
-  // CloseWindowsLocked adds what ends by `now` to `out`.
-  void CloseWindowsLocked(absl::Time now, std::vector<ServerEvent>* out)
+  // CloseWindowsLocked adds what ends by `now` (everything when `all`) to
+  // `out`.
+  void CloseWindowsLocked(absl::Time now, bool all,
+                          std::vector<ServerEvent>* out)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PayLocked takes `event`'s cost from the bucket; false (and the event
   // counted as suppressed) when it cannot pay.

@@ -216,7 +216,7 @@ void SessionReactor::Close(const absl::Status& status) {
     finished_ = true;
   }
   context_->AddTrailingMetadata(kFinalStatusKey, "1");
-  Finish(ToGrpcStatus(BoundStatus(status)));
+  Finish(ToGrpcStatus(status));
 }
 
 void SessionReactor::Lost(absl::string_view why, const absl::Status& finish,

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
+#include "common/grpc_status.h"
 #include "gtest/gtest.h"
 
 namespace fedgather {
@@ -43,6 +44,21 @@ TEST(JoinBoundedTest, ListsTheFirstItemsCutAndCountsTheRest) {
   EXPECT_EQ(JoinBounded(items, 2, 3), "a, bbb...(+3 bytes), ... and 2 more");
   EXPECT_EQ(JoinBounded(items, 4, 10), "a, bbbbbb, c, d");
   EXPECT_EQ(JoinBounded({}, 4, 10), "");
+}
+
+// Every status the server sends passes through ToGrpcStatus: an admin call
+// refused for a certificate claiming a 30 KB identity once answered with a
+// 30 KB message, which gRPC clients refuse ("received initial metadata size
+// exceeds limit").
+TEST(ToGrpcStatusTest, CutsTheMessageAndKeepsTheCode) {
+  const std::string identity = "spiffe://x/" + std::string(30000, 'm');
+  const grpc::Status sent =
+      ToGrpcStatus(absl::PermissionDeniedError("denied to " + identity));
+  EXPECT_EQ(sent.error_code(), grpc::PERMISSION_DENIED);
+  EXPECT_EQ(sent.error_message(),
+            TruncateText("denied to " + identity, kMaxStatusMessageBytes));
+  EXPECT_EQ(ToGrpcStatus(absl::NotFoundError("no group")).error_message(),
+            "no group");
 }
 
 }  // namespace

@@ -81,4 +81,17 @@ absl::StatusOr<ProcessStats> ReadSettledProcessStats(pid_t pid,
   return last;
 }
 
+int FdsAfter(pid_t pid, int most, absl::Duration bound) {
+  const absl::Time deadline = absl::Now() + bound;
+  int fds = -1;
+  do {
+    absl::StatusOr<ProcessStats> stats = ReadProcessStats(pid);
+    if (!stats.ok()) return -1;
+    fds = stats->fds;
+    if (fds <= most) return fds;
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < deadline);
+  return fds;
+}
+
 }  // namespace fedgather::testing

@@ -34,6 +34,11 @@ absl::StatusOr<ProcessStats> ReadProcessStats(pid_t pid);
 absl::StatusOr<ProcessStats> ReadSettledProcessStats(pid_t pid,
                                                      absl::Duration timeout);
 
+// FdsAfter polls `pid`'s descriptor count until it is at most `most` and
+// returns it; after `bound` it returns the last count read (-1 when /proc
+// cannot be read).
+int FdsAfter(pid_t pid, int most, absl::Duration bound);
+
 }  // namespace fedgather::testing
 
 #endif  // FEDGATHER_TESTS_COMMON_PROCESS_STATS_H_

@@ -98,7 +98,7 @@ std::string TestCluster::DefaultPolicy() const {
   for (const std::string& name : options_.admins) {
     yaml += "      " + ParticipantIdentity(name) + ": admin\n";
   }
-  return yaml;
+  return yaml + options_.more_groups;
 }
 
 void TestCluster::Revoke(const std::vector<std::string>& names) {

@@ -44,6 +44,9 @@ struct ClusterOptions {
   std::string policy_extra;
   // Extra keys of group "demo", indented by 4 (e.g. "    min_quorum: 2\n").
   std::string group_extra;
+  // More groups, as YAML list items under "groups:" (indented by 2), e.g.
+  // for identities in `extra`.
+  std::string more_groups;
   bool audit = false;          // a signed audit log at dir()/audit.jsonl
   // The audit log's file calls and retry period (AuditLogOptions).
   server::AuditFileCalls audit_file;

@@ -1,5 +1,6 @@
 #include "tests/faults/fault_cluster.h"
 
+#include <grpcpp/create_channel.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -12,6 +13,7 @@
 #include "client/provision.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
+#include "common/tls_credentials.h"
 #include "tests/common/subprocess.h"
 
 namespace fedgather::testing {
@@ -134,27 +136,53 @@ std::string FaultCluster::Log(const Participant& p) const {
   return ReadFileToString(p.log).value_or("");
 }
 
-void FaultCluster::ExpectGathered(
+bool FaultCluster::ExpectGathered(
     const Participant& p, const std::vector<const Participant*>& all) const {
   absl::StatusOr<SafetensorsFile> out = SafetensorsFile::ReadFile(p.output);
-  ASSERT_TRUE(out.ok()) << TestCluster::Site(p.site) << ": " << out.status()
-                        << "; it printed: " << Log(p);
-  ASSERT_EQ(out->tensors().size(), all.size());
+  if (!out.ok()) {
+    ADD_FAILURE() << TestCluster::Site(p.site) << ": " << out.status()
+                  << "; it printed: " << Log(p);
+    return false;
+  }
+  if (out->tensors().size() != all.size()) {
+    ADD_FAILURE() << TestCluster::Site(p.site) << " received "
+                  << out->tensors().size() << " tensors, not " << all.size();
+    return false;
+  }
+  bool gathered = true;
   for (const Participant* from : all) {
     const std::string name = absl::StrCat("bytes.", from->site);
     const SafetensorsEntry* entry = nullptr;
     for (const SafetensorsEntry& e : out->tensors()) {
       if (e.spec.name == name) entry = &e;
     }
-    ASSERT_NE(entry, nullptr) << name;
-    EXPECT_TRUE(std::string(entry->data.begin(), entry->data.end()) ==
-                from->bytes)
-        << TestCluster::Site(p.site) << "'s output differs from "
-        << TestCluster::Site(from->site) << "'s " << from->bytes.size()
-        << " bytes";
-    EXPECT_EQ(out->metadata().at(absl::StrCat("fedgather.rank.", from->site)),
-              ParticipantIdentity(TestCluster::Site(from->site)));
+    if (entry == nullptr) {
+      ADD_FAILURE() << TestCluster::Site(p.site) << " received no " << name;
+      gathered = false;
+      continue;
+    }
+    const bool same =
+        std::string(entry->data.begin(), entry->data.end()) == from->bytes;
+    EXPECT_TRUE(same) << TestCluster::Site(p.site) << "'s output differs from "
+                      << TestCluster::Site(from->site) << "'s "
+                      << from->bytes.size() << " bytes";
+    const std::string rank_key = absl::StrCat("fedgather.rank.", from->site);
+    const auto identity = out->metadata().find(rank_key);
+    const bool named =
+        identity != out->metadata().end() &&
+        identity->second == ParticipantIdentity(TestCluster::Site(from->site));
+    EXPECT_TRUE(named) << TestCluster::Site(p.site) << "'s " << rank_key;
+    gathered = gathered && same && named;
   }
+  return gathered;
+}
+
+std::unique_ptr<v1::Rendezvous::Stub> FaultCluster::StubFor(
+    const std::string& name) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return v1::Rendezvous::NewStub(grpc::CreateCustomChannel(
+      server_.address(), MakeChannelCredentials(cluster_.TlsFor(name)), args));
 }
 
 std::vector<nlohmann::json> FaultCluster::ServerEvents() const {
@@ -190,16 +218,20 @@ int FaultCluster::CountEvents(const std::string& name,
   return count;
 }
 
-void FaultCluster::ExpectNextRoundWorks(uint32_t seed) {
+bool FaultCluster::ExpectNextRoundWorks(uint32_t seed) {
   std::vector<Participant*> round;
   for (int site = 0; site < world_; ++site) {
     round.push_back(&Join(site, 4096 + 100 * site, seed + site));
   }
   std::vector<const Participant*> all(round.begin(), round.end());
+  bool worked = true;
   for (Participant* p : round) {
-    EXPECT_EQ(Exit(*p, absl::Seconds(60)), 0) << Log(*p);
+    const int code = Exit(*p, absl::Seconds(60));
+    EXPECT_EQ(code, 0) << Log(*p);
+    worked = worked && code == 0;
   }
-  for (Participant* p : round) ExpectGathered(*p, all);
+  for (Participant* p : round) worked = ExpectGathered(*p, all) && worked;
+  return worked;
 }
 
 void FaultCluster::StopAndVerifyAudit() {

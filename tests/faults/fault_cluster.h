@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "fedgather/v1/fedgather.grpc.pb.h"
 #include "tests/e2e/server_process.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -75,9 +76,14 @@ class FaultCluster {
   // Log is what `p` printed.
   std::string Log(const Participant& p) const;
   // ExpectGathered expects `p`'s output to hold, at each rank, the bytes of
-  // the participant of that site in `all`, and the rank's identity.
-  void ExpectGathered(const Participant& p,
+  // the participant of that site in `all`, and the rank's identity; true
+  // when it does.
+  bool ExpectGathered(const Participant& p,
                       const std::vector<const Participant*>& all) const;
+
+  // StubFor is a Rendezvous stub on a channel of its own that presents
+  // `name`'s certificate, for tests that speak the protocol by hand.
+  std::unique_ptr<v1::Rendezvous::Stub> StubFor(const std::string& name);
 
   // ServerEvents parses the server's JSON log lines (the ones that are
   // events).
@@ -92,8 +98,10 @@ class FaultCluster {
   int CountEvents(const std::string& name, const nlohmann::json& match) const;
 
   // ExpectNextRoundWorks runs a fresh round of every site with a few KiB
-  // each and expects every output byte for byte.
-  void ExpectNextRoundWorks(uint32_t seed);
+  // each and expects every output byte for byte; true when all of it held.
+  // May run on a thread of its own while the test attacks the server, as
+  // long as nothing else calls Join meanwhile.
+  bool ExpectNextRoundWorks(uint32_t seed);
   // StopAndVerifyAudit stops the server with SIGTERM (it must exit 0) and
   // expects `fedgather audit verify --cert` to pass on its audit log.
   void StopAndVerifyAudit();

@@ -89,22 +89,6 @@ int MetricsPort(FaultCluster& c) {
   return 0;
 }
 
-// FdsAfter polls `pid`'s descriptor count until it is at most `most` and
-// returns it; after `bound` it returns the last count read.
-int FdsAfter(pid_t pid, int most, absl::Duration bound) {
-  const absl::Time deadline = absl::Now() + bound;
-  int fds = -1;
-  do {
-    absl::StatusOr<ProcessStats> stats = ReadProcessStats(pid);
-    EXPECT_TRUE(stats.ok()) << stats.status();
-    if (!stats.ok()) return -1;
-    fds = stats->fds;
-    if (fds <= most) return fds;
-    absl::SleepFor(absl::Milliseconds(50));
-  } while (absl::Now() < deadline);
-  return fds;
-}
-
 // MetricAfter polls the server's /metrics until `series` equals `value`;
 // returns the last value read.
 double MetricAfter(int port, const std::string& series, double value,
@@ -119,14 +103,6 @@ double MetricAfter(int port, const std::string& series, double value,
   return last;
 }
 
-std::unique_ptr<v1::Rendezvous::Stub> StubFor(FaultCluster& c,
-                                              const std::string& site) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return v1::Rendezvous::NewStub(grpc::CreateCustomChannel(
-      c.server().address(), MakeChannelCredentials(c.cluster().TlsFor(site)),
-      args));
-}
 
 TEST(FaultTest, ParticipantKilledMidUploadFailsTheOthersNamingIt) {
   FaultCluster c(3);
@@ -250,7 +226,7 @@ TEST(FaultTest, SlowlorisConnectionsAndStreamsAreClosed) {
   std::vector<int> idle;
   for (int i = 0; i < 20; ++i) idle.push_back(ConnectTcp(c.server().port()));
   // Authenticated streams that never send their first message.
-  auto stub = StubFor(c, TestCluster::Site(1));
+  auto stub = c.StubFor(TestCluster::Site(1));
   grpc::ClientContext collective_context, session_context;
   auto collective = stub->Collective(&collective_context);
   auto session = stub->Session(&session_context);
@@ -497,7 +473,7 @@ TEST(FaultTest, HugeDeclaredSizeWithLittleSentFailsAtTheDeadline) {
       client->Join({"demo", 3, std::nullopt, absl::Seconds(60)});
   ASSERT_TRUE(group.ok()) << group.status();
   constexpr int64_t kDeclared = int64_t{4} << 30;
-  auto stub = StubFor(c, TestCluster::Site(1));
+  auto stub = c.StubFor(TestCluster::Site(1));
   grpc::ClientContext context;
   auto stream = stub->Collective(&context);
   v1::CollectiveFrame header;

@@ -122,6 +122,20 @@ TEST_F(RefusalThrottleTest, RepeatsOfOneCallerBecomeOneCountedRecord) {
   EXPECT_EQ(sink_.events.size(), 4u);
 }
 
+// A server that stops within a window loses no count: Shutdown flushes.
+TEST_F(RefusalThrottleTest, FlushPassesTheOpenWindowsAtOnce) {
+  RefusalThrottle throttle(Options(), &sink_);
+  for (int i = 0; i < 5; ++i) throttle.OnEvent(Denied("spiffe://fed/mallory"));
+  now_ += absl::Seconds(2);
+  throttle.Flush();
+  ASSERT_EQ(sink_.events.size(), 2u);
+  EXPECT_EQ(Detail(sink_.events[1], "repeats"), "4");
+  EXPECT_EQ(Detail(sink_.events[1], "window_end"),
+            "2026-12-02T14:45:29.000000Z");
+  throttle.Flush();  // nothing is left open
+  EXPECT_EQ(sink_.events.size(), 2u);
+}
+
 TEST_F(RefusalThrottleTest, TheBudgetCountsWhatItCannotPayAndReportsItOnce) {
   RefusalThrottleOptions options = Options();
   options.bytes_per_second = 1000;

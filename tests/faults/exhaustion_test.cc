@@ -51,6 +51,20 @@ constexpr int64_t kMiB = 1 << 20;
 constexpr int64_t kKiB = 1 << 10;
 // The server's default --max-buffered-mib.
 constexpr int64_t kDefaultBufferedBytes = 256 * kMiB;
+// Under AddressSanitizer the server's RSS measures ASan (its quarantine
+// keeps up to 256 MiB of freed memory, its shadow an eighth of the rest),
+// so the RSS bounds are reported there, not asserted.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kRssBoundsHold = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kRssBoundsHold = false;
+#else
+constexpr bool kRssBoundsHold = true;
+#endif
+#else
+constexpr bool kRssBoundsHold = true;
+#endif
 const char kMallory1[] = "mallory-1";
 const char kMallory2[] = "mallory-2";
 
@@ -243,7 +257,7 @@ TEST(ExhaustionTest, OneByteChunksStopAtTheRoundsMemoryBound) {
                    "; ", rounds, " honest rounds"));
   EXPECT_LT(frames, kDeclared) << "the server never stopped reading";
   EXPECT_GE(frames, kDefaultBufferedBytes / (kKiB + 1) / 2);
-  EXPECT_LT(grown_kib, bound_kib);
+  if (kRssBoundsHold) EXPECT_LT(grown_kib, bound_kib);
   EXPECT_LE(peak.fds, before.fds + 16);
   EXPECT_GE(rounds, 1) << "no honest round completed during the attack";
   c.ExpectNextRoundWorks(1900);
@@ -329,8 +343,10 @@ TEST(ExhaustionTest, RestoringAJournaledRoundKeepsTheMemoryBound) {
                    MiB(live.rss_kib), ", restored ", MiB(restored.rss_kib),
                    " (", seconds, " s after restart); ", rounds,
                    " honest rounds after"));
-  EXPECT_LT(restored.rss_kib, bound_kib);
-  EXPECT_LT(restored.rss_kib, fresh.rss_kib + kUpload / kKiB / 2);
+  if (kRssBoundsHold) {
+    EXPECT_LT(restored.rss_kib, bound_kib);
+    EXPECT_LT(restored.rss_kib, fresh.rss_kib + kUpload / kKiB / 2);
+  }
   EXPECT_GE(rounds, 1) << "no honest round completed after the restore";
   m.Leave();
   c.StopAndVerifyAudit();
@@ -397,7 +413,9 @@ TEST(ExhaustionTest, HeadersOfLongNamesFailWithBoundedMessages) {
   EXPECT_LE(longest, 4096u);
   EXPECT_LE(audit_per_round, 16 * kKiB);
   EXPECT_LE(log_per_round, 16 * kKiB);
-  EXPECT_LT(after.rss_kib - before.rss_kib, 64 * kMiB / kKiB);
+  if (kRssBoundsHold) {
+    EXPECT_LT(after.rss_kib - before.rss_kib, 64 * kMiB / kKiB);
+  }
   EXPECT_LE(after.fds, before.fds + 16);
   EXPECT_GE(rounds, 1) << "no honest round completed during the attack";
   m.Leave();

@@ -257,7 +257,9 @@ TEST(ExhaustionTest, OneByteChunksStopAtTheRoundsMemoryBound) {
                    "; ", rounds, " honest rounds"));
   EXPECT_LT(frames, kDeclared) << "the server never stopped reading";
   EXPECT_GE(frames, kDefaultBufferedBytes / (kKiB + 1) / 2);
-  if (kRssBoundsHold) EXPECT_LT(grown_kib, bound_kib);
+  if (kRssBoundsHold) {
+    EXPECT_LT(grown_kib, bound_kib);
+  }
   EXPECT_LE(peak.fds, before.fds + 16);
   EXPECT_GE(rounds, 1) << "no honest round completed during the attack";
   c.ExpectNextRoundWorks(1900);

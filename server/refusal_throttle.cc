@@ -141,8 +141,7 @@ void RefusalThrottle::CloseWindowsLocked(absl::Time now, bool all,
     }
     it = windows_.erase(it);
   }
-  if (suppressed_ > 0 &&
-      (all || now >= first_suppressed_ + options_.window)) {
+  if (suppressed_ > 0 && (all || now >= first_suppressed_ + options_.window)) {
     ServerEvent report;
     report.kind = EventKind::kAccessDenied;
     report.action = "refusals_suppressed";

@@ -47,7 +47,7 @@ struct ClusterOptions {
   // More groups, as YAML list items under "groups:" (indented by 2), e.g.
   // for identities in `extra`.
   std::string more_groups;
-  bool audit = false;          // a signed audit log at dir()/audit.jsonl
+  bool audit = false;  // a signed audit log at dir()/audit.jsonl
   // The audit log's file calls and retry period (AuditLogOptions).
   server::AuditFileCalls audit_file;
   absl::Duration audit_retry_period = absl::Seconds(1);

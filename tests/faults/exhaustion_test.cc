@@ -12,10 +12,10 @@
 //   - the honest group completes rounds during the attack,
 // and prints "EXHAUSTION <attack>: bound <B>, observed <O>" for the matrix
 // in docs/testing.md.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/create_channel.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -73,10 +73,10 @@ const char kMallory2[] = "mallory-2";
 ClusterOptions WithAttackGroup() {
   ClusterOptions options(3);
   options.extra = {kMallory1, kMallory2};
-  options.more_groups = absl::StrCat(
-      "  - name: attack\n    world_size: 2\n    members:\n      ",
-      ParticipantIdentity(kMallory1), ": participant\n      ",
-      ParticipantIdentity(kMallory2), ": participant\n");
+  options.more_groups =
+      absl::StrCat("  - name: attack\n    world_size: 2\n    members:\n      ",
+                   ParticipantIdentity(kMallory1), ": participant\n      ",
+                   ParticipantIdentity(kMallory2), ": participant\n");
   return options;
 }
 
@@ -114,13 +114,11 @@ int64_t AttackAuditBytes(FaultCluster& c, const std::string& who) {
 
 void ReportExhaustion(const std::string& attack, const std::string& bound,
                       const std::string& observed) {
-  std::cout << "EXHAUSTION " << attack << ": bound " << bound
-            << ", observed " << observed << std::endl;
+  std::cout << "EXHAUSTION " << attack << ": bound " << bound << ", observed "
+            << observed << std::endl;
 }
 
-std::string MiB(int64_t kib) {
-  return absl::StrCat(kib / 1024, " MiB");
-}
+std::string MiB(int64_t kib) { return absl::StrCat(kib / 1024, " MiB"); }
 
 // HonestRounds runs rounds of group "demo" one after another on a thread
 // until it is destroyed; each is checked byte for byte.
@@ -172,7 +170,6 @@ struct Attackers {
     }
   }
 };
-
 
 v1::CollectiveFrame BytesHeader(uint64_t epoch, uint64_t seq, int rank,
                                 int64_t size) {
@@ -449,18 +446,16 @@ TEST(ExhaustionTest, RefusalFloodsStayWithinTheAuditBudget) {
   ASSERT_TRUE(self_signed.ok()) << self_signed.status();
 
   const ProcessStats before = SettledStats(c);
-  const int64_t audit_before =
-      static_cast<int64_t>(ReadFileToString(c.cluster().audit_path())
-                               .value_or("")
-                               .size());
+  const int64_t audit_before = static_cast<int64_t>(
+      ReadFileToString(c.cluster().audit_path()).value_or("").size());
   HonestRounds honest(c, 4000);
   const absl::Time start = absl::Now();
   TlsFiles tls;
   tls.cert_pem = signed_leaf->cert_pem;
   tls.key_pem = signed_leaf->key_pem;
   tls.ca_pem = ca.cert_pem;
-  auto admin = v1::Admin::NewStub(grpc::CreateChannel(
-      c.server().address(), MakeChannelCredentials(tls)));
+  auto admin = v1::Admin::NewStub(
+      grpc::CreateChannel(c.server().address(), MakeChannelCredentials(tls)));
   int denied = 0;
   for (int i = 0; i < kCalls; ++i) {
     grpc::ClientContext context;
@@ -496,8 +491,7 @@ TEST(ExhaustionTest, RefusalFloodsStayWithinTheAuditBudget) {
       ReadFileToString(c.cluster().audit_path()).value_or("");
   const int64_t flood_bytes = AttackAuditBytes(c, "spiffe://fedgather/flood-");
   // The refusal budget: a 64 KiB burst and 16 KiB/s for the attack's time.
-  const int64_t budget =
-      64 * kKiB + static_cast<int64_t>(seconds * 16 * kKiB);
+  const int64_t budget = 64 * kKiB + static_cast<int64_t>(seconds * 16 * kKiB);
   ReportExhaustion(
       absl::StrCat(kCalls, " refused calls with a 30 KB identity, 50 ",
                    "self-signed handshakes"),
@@ -609,9 +603,8 @@ TEST(ExhaustionTest, AFullAuditDiskStopsAdmissionUntilItCanWriteAgain) {
       "audit log on a full 8 MiB disk",
       "no join or round admitted unrecorded; resumes within the 1 s retry",
       absl::StrCat("refused with UNAVAILABLE ", refused_after,
-                   " s after the disk filled; writable again ",
-                   resumed_after, " s after room was made; RSS ",
-                   MiB(during.rss_kib)));
+                   " s after the disk filled; writable again ", resumed_after,
+                   " s after room was made; RSS ", MiB(during.rss_kib)));
   m.Leave();
   EXPECT_EQ(c.server().Stop(absl::Seconds(30)), 0) << c.server().Log();
   EXPECT_THAT(ReadFileToString(audit).value_or(""), HasSubstr("audit_gap"));

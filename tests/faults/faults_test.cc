@@ -103,7 +103,6 @@ double MetricAfter(int port, const std::string& series, double value,
   return last;
 }
 
-
 TEST(FaultTest, ParticipantKilledMidUploadFailsTheOthersNamingIt) {
   FaultCluster c(3);
   Participant& a = c.Join(0, 4096, 1);

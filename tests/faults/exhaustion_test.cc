@@ -26,6 +26,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -299,6 +300,12 @@ TEST(ExhaustionTest, RestoringAJournaledRoundKeepsTheMemoryBound) {
       if (frame.has_chunk()) read += frame.chunk().data().size();
     }
   });
+  // An ASSERT below must not leave the thread joinable (std::terminate).
+  auto stop_reading = absl::MakeCleanup([&] {
+    context0.TryCancel();
+    context1.TryCancel();
+    if (reading.joinable()) reading.join();
+  });
   ASSERT_TRUE(upload->Write(BytesHeader(m.epoch(), 0, 0, kUpload)));
   const std::string megabyte(kMiB, 'u');
   for (int64_t offset = 0; offset < kUpload; offset += kMiB) {
@@ -313,9 +320,7 @@ TEST(ExhaustionTest, RestoringAJournaledRoundKeepsTheMemoryBound) {
 
   const int port = c.server().port();
   c.server().Kill();
-  context0.TryCancel();
-  context1.TryCancel();
-  reading.join();
+  std::move(stop_reading).Invoke();
   const absl::Time restarted = absl::Now();
   c.server().Start(port);
   ASSERT_TRUE(c.WaitForEvent("group_restored", {{"group", "attack"}},

@@ -50,8 +50,8 @@
 #include "common/status_macros.h"
 #include "common/tensor_spec.h"
 #include "common/tls_credentials.h"
-#include "server/audit_log.h"
 #include "server/fedgather_server.h"
+#include "server/observe/audit_log.h"
 
 namespace fedgather::bench {
 namespace {

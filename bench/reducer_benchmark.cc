@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/dtype.h"
-#include "server/reducer.h"
+#include "server/relay/reducer.h"
 
 namespace fedgather::server {
 namespace {

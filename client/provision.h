@@ -42,12 +42,12 @@ struct ProvisionOptions {
 //                                          ParticipantIdentity(name),
 //                                          clientAuth
 //   DIR/policy.yaml                        the access policy
-//                                          (server/access_policy.h): group
-//                                          `group` with world_size = number
-//                                          of participants and every name in
-//                                          its role; the admins are also
-//                                          server admins; the default limits
-//                                          written out
+//                                          (server/access/access_policy.h):
+//                                          group `group` with world_size =
+//                                          number of participants and every
+//                                          name in its role; the admins are
+//                                          also server admins; the default
+//                                          limits written out
 // Existing files are replaced (each via a temporary file and a rename).
 // Every key file is created mode 0600 and forced to it, other files 0644;
 // directories Provision creates are 0755. Leaf certificates never outlive

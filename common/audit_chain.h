@@ -1,5 +1,5 @@
 // The tamper-evident audit chain: the record format shared by the server's
-// writer (server/audit_log.h) and `fedgather audit verify`.
+// writer (server/observe/audit_log.h) and `fedgather audit verify`.
 //
 // An audit file is JSON lines: each record is one UTF-8 JSON object on one
 // line, terminated by '\n'. Every record has these keys, in this order:

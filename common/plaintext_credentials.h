@@ -7,7 +7,7 @@
 //
 // How the identity travels: the client adds the header to every call; the
 // server's credentials copy it, per call, into the call's auth context as
-// kPlaintextIdentityProperty, which server/access_control.cc reads on a
+// kPlaintextIdentityProperty, which server/access/access_control.cc reads on a
 // connection whose transport security type is "insecure". Only these server
 // credentials set that property, and over TLS the transport type is "ssl",
 // so a TLS server never takes an identity from a header.

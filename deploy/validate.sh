@@ -128,10 +128,10 @@ expect_ok "yamllint deploy/compose deploy/k8s deploy/testdata" \
 # ---------------------------------------------------------------------------------------------------------------
 echo "== Grafana dashboard: JSON, and every series it queries is one the server serves"
 expect_ok "deploy/grafana/fedgather-dashboard.json" \
-  /usr/bin/python3 deploy/grafana/check_dashboard.py deploy/grafana/fedgather-dashboard.json server/server_metrics.cc
+  /usr/bin/python3 deploy/grafana/check_dashboard.py deploy/grafana/fedgather-dashboard.json server/observe/server_metrics.cc
 expect_fail "grafana-unknown-metric.json" "unknown series" \
   /usr/bin/python3 deploy/grafana/check_dashboard.py deploy/testdata/grafana-unknown-metric.json \
-  server/server_metrics.cc
+  server/observe/server_metrics.cc
 
 # ---------------------------------------------------------------------------------------------------------------
 echo "== docker-compose config (offline: DOCKER_HOST points nowhere)"

@@ -20,16 +20,16 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/tls_credentials.h"
-#include "server/access_control.h"
-#include "server/admin_service.h"
-#include "server/audit_event_sink.h"
-#include "server/audit_log.h"
-#include "server/connection_gate.h"
-#include "server/first_frame_deadlines.h"
-#include "server/group_registry.h"
-#include "server/refusal_throttle.h"
-#include "server/rendezvous_service.h"
-#include "server/server_metrics.h"
+#include "server/access/access_control.h"
+#include "server/access/connection_gate.h"
+#include "server/membership/group_registry.h"
+#include "server/observe/audit_event_sink.h"
+#include "server/observe/audit_log.h"
+#include "server/observe/refusal_throttle.h"
+#include "server/observe/server_metrics.h"
+#include "server/rpc/admin_service.h"
+#include "server/rpc/first_frame_deadlines.h"
+#include "server/rpc/rendezvous_service.h"
 
 namespace fedgather::server {
 
@@ -49,28 +49,28 @@ struct ServerOptions {
   AuditLogOptions audit;
   bool audit_sign = true;
   // Bounds on refusal records in the audit log and the server's log
-  // (server/refusal_throttle.h); its clock is set to `clock`.
+  // (server/observe/refusal_throttle.h); its clock is set to `clock`.
   RefusalThrottleOptions refusal_records;
   GroupLimits limits;  // limits.events also gets every event
   // How often timers are checked; bounds how late a timeout is noticed.
   absl::Duration timer_period = absl::Milliseconds(100);
   // How long a new connection may take to finish its TLS handshake, and a
   // new Session or Collective stream to send its first message, before it
-  // is closed (server/first_frame_deadlines.h).
+  // is closed (server/rpc/first_frame_deadlines.h).
   absl::Duration first_frame_timeout = absl::Seconds(10);
   // A connection with no open call (stream) for this long is closed with a
   // GOAWAY (GRPC_ARG_MAX_CONNECTION_IDLE_MS). The time runs from the end of
   // its TLS handshake, so it also bounds a connection that never opens one.
   absl::Duration connection_idle_timeout = absl::Seconds(60);
   // Connections beyond these caps are refused before their TLS handshake
-  // (server/connection_gate.h).
+  // (server/access/connection_gate.h).
   int max_connections = 1024;
   int max_connections_per_address = 128;
   // How often live sessions' certificates are verified again (expiry; a
   // reload also re-checks them at once).
   absl::Duration certificate_recheck_period = absl::Seconds(30);
   std::function<absl::Time()> clock = [] { return absl::Now(); };
-  // HOST:PORT to serve Prometheus metrics on (server/server_metrics.h;
+  // HOST:PORT to serve Prometheus metrics on (server/observe/server_metrics.h;
   // port 0 picks one); empty serves none.
   std::string metrics_listen;
 };

@@ -19,8 +19,8 @@
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/tls_credentials.h"
-#include "server/event_log.h"
 #include "server/fedgather_server.h"
+#include "server/observe/event_log.h"
 #include "server/yaml_config.h"
 
 namespace {

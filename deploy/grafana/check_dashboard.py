@@ -4,7 +4,7 @@
 Checks a Grafana dashboard against the metrics fedgather-server serves: the
 file is JSON with panels, and every fedgather_* series a panel queries (the
 histogram suffixes _bucket, _count and _sum stripped) is a metric name that
-server/server_metrics.cc registers. Exit 1 naming each unknown series."""
+server/observe/server_metrics.cc registers. Exit 1 naming each unknown series."""
 import json
 import re
 import sys

@@ -86,7 +86,8 @@ if [ "$BUILD" = 1 ]; then
   echo "== installing dependencies"
   bash "$ROOT/deploy/install-deps.sh"
   echo "== configuring and building fedgather, fedgather-server and fedavg_site in $BUILD_DIR"
-  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFEDGATHER_WITH_TORCH=ON >/dev/null
   cmake --build "$BUILD_DIR" -j2 --target fedgather fedgather-server fedavg_site
 fi
 CLI="$BUILD_DIR/client/fedgather"

@@ -14,7 +14,7 @@
 #include "common/file_io.h"
 #include "common/openssl_util.h"
 #include "common/peer_identity.h"
-#include "server/access_policy.h"
+#include "server/access/access_policy.h"
 #include "tests/common/x509_test_util.h"
 
 namespace fedgather {

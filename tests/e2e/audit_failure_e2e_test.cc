@@ -1,7 +1,7 @@
 // The audit log's failure policy end to end, over real mutual TLS on
 // 127.0.0.1: when the audit log cannot be written (writes fail with ENOSPC
-// through the log's file-call seam, tests/server/failing_audit_disk.h), a
-// round already in flight finishes, a new round and a new join are refused
+// through the log's file-call seam, tests/server/observe/failing_audit_disk.h),
+// a round already in flight finishes, a new round and a new join are refused
 // with UNAVAILABLE naming the audit log, the health service says
 // NOT_SERVING and the server's log says so once. Once writes work again the
 // log catches up, rounds and joins work, and the whole chain verifies with
@@ -15,7 +15,7 @@
 #include "common/audit_chain.h"
 #include "common/file_io.h"
 #include "tests/e2e/test_cluster.h"
-#include "tests/server/failing_audit_disk.h"
+#include "tests/server/observe/failing_audit_disk.h"
 
 namespace fedgather::testing {
 namespace {

@@ -15,7 +15,7 @@
 #include "client/client.h"
 #include "common/tensor_spec.h"
 #include "common/tls_credentials.h"
-#include "server/event_sink.h"
+#include "server/events/event_sink.h"
 #include "server/fedgather_server.h"
 
 namespace fedgather::testing {

@@ -1,12 +1,12 @@
 // libFuzzer target: the server's collective protocol as a state machine
-// (issue 17). It drives one GroupState (server/group_state.h) and the Rounds
-// it makes, with an injected clock, as 1 to 5 simulated members would:
-// joins, session losses and resumes, policy reloads, heartbeats, time, and
-// on each collective stream the frames a member may send (headers with any
+// (issue 17). It drives one GroupState (server/membership/group_state.h) and
+// the Rounds it makes, with an injected clock, as 1 to 5 simulated members
+// would: joins, session losses and resumes, policy reloads, heartbeats, time,
+// and on each collective stream the frames a member may send (headers with any
 // op, root, reduction, weight and fingerprint; chunks of any size, offset,
 // tensor and rank; ends with right or wrong digests; frames out of place;
 // cancels; resumes after any number of frames; writes that fail). The read
-// path of server/collective_reactor.cc is mirrored by SimStream (it cannot
+// path of server/rpc/collective_reactor.cc is mirrored by SimStream (it cannot
 // run without gRPC): the same validation in the same order, then the same
 // calls into the round. Access control and contribution limits are not
 // modelled.
@@ -48,11 +48,11 @@
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
-#include "server/event_sink.h"
-#include "server/group_config.h"
-#include "server/group_state.h"
-#include "server/pending_callbacks.h"
-#include "server/round.h"
+#include "server/events/event_sink.h"
+#include "server/events/pending_callbacks.h"
+#include "server/membership/group_config.h"
+#include "server/membership/group_state.h"
+#include "server/relay/round.h"
 #include "tests/fuzz/reduce_reference.h"
 
 namespace fedgather::server {

@@ -1,11 +1,11 @@
-// libFuzzer target: the access policy parser (server/access_policy.h). A
+// libFuzzer target: the access policy parser (server/access/access_policy.h). A
 // policy file is trusted input, but a bad one must be refused with a
 // status, never crash the server at a reload.
 #include <cstddef>
 #include <cstdint>
 
 #include "absl/strings/string_view.h"
-#include "server/access_policy.h"
+#include "server/access/access_policy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fedgather::server::AccessPolicy::Parse(

@@ -1,6 +1,6 @@
 // ReduceReference: a small, deliberately plain model of what one ALL_REDUCE
 // result element must be, for collective_protocol_fuzzer. It follows
-// docs/protocol.md and docs/decisions.md, not server/reducer.cc:
+// docs/protocol.md and docs/decisions.md, not server/relay/reducer.cc:
 //   - the ranks' copies of an element are folded in the order they arrived
 //     (the server "reduces in the order chunks arrive"): the first copy sets
 //     the accumulator, each later one combines with it;

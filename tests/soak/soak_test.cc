@@ -58,8 +58,9 @@ namespace {
 
 constexpr int kWorld = 8;
 // Tiny rounds every rank runs before each sample: one more than the
-// completed rounds a group keeps for resumes (server/group_state.cc), so
-// that the sample does not count whichever large rounds happened last.
+// completed rounds a group keeps for resumes
+// (server/membership/group_state.cc), so that the sample does not count
+// whichever large rounds happened last.
 constexpr int kFlushRounds = 5;
 // RSS may end at most this far above the warm-up sample. The flush rounds
 // empty the server's round cache, but the allocator keeps what rounds of up

@@ -1,0 +1,833 @@
+#include "server/membership/group_state.h"
+
+#include <algorithm>
+#include <iterator>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/bounded_text.h"
+#include "server/relay/round_restore.h"
+
+namespace fedgather::server {
+namespace {
+
+// Outcomes kept per group: at most this many, holding at most this many
+// bytes of messages (each failure message is at most
+// kMaxStatusMessageBytes).
+constexpr size_t kKeptOutcomes = 1024;
+constexpr size_t kKeptOutcomeBytes = size_t{1} << 20;
+// Completed rounds kept for resumes; each holds at most its resume window.
+constexpr size_t kKeptCompletedRounds = 4;
+
+}  // namespace
+
+GroupState::GroupState(GroupConfig config, const GroupLimits& limits)
+    : name_(config.name), limits_(limits), config_(std::move(config)) {}
+
+absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (limits_.state_dir.empty()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<GroupJournal>> opened =
+      GroupJournal::Open(limits_.state_dir, name_);
+  if (!opened.ok()) return opened.status();
+  journal_ = *std::move(opened);
+  absl::StatusOr<GroupJournal::Saved> saved = journal_->Load();
+  if (!saved.ok()) return saved.status();
+  epoch_ = saved->epoch;
+  if (!saved->formed) return absl::OkStatus();
+  formed_ = true;
+  for (size_t r = 0; r < saved->identities.size(); ++r) {
+    Member member;
+    member.identity = saved->identities[r];
+    member.last_heartbeat = now;
+    member.next_seq = saved->next_seq[r];
+    member.disconnected = true;
+    member.disconnected_at = now;
+    member.lost_why = "the server restarted";
+    members_.push_back(std::move(member));
+  }
+  const bool same_members =
+      static_cast<int>(members_.size()) == config_.world_size &&
+      std::all_of(members_.begin(), members_.end(), [&](const Member& m) {
+        return std::find(config_.members.begin(), config_.members.end(),
+                         m.identity) != config_.members.end();
+      });
+  if (!same_members) {
+    EndEpochLocked(absl::AbortedError(absl::StrCat(
+                       Describe(),
+                       " was not restored: the policy changed its members "
+                       "while the server was down; join again")),
+                   nullptr, callbacks);
+    return absl::OkStatus();
+  }
+  // A journal written before failure messages were bounded may hold big
+  // ones.
+  for (const auto& [seq, outcome] : saved->outcomes) {
+    outcomes_[seq] = BoundStatus(outcome);
+  }
+  TrimOutcomesLocked();
+  int64_t journal_bytes = 0;
+  for (const auto& [seq, path] : saved->rounds) {
+    if (auto it = outcomes_.find(seq);
+        it != outcomes_.end() && !it->second.ok()) {
+      journal_->DiscardRound(seq);  // it failed before the restart
+      continue;
+    }
+    absl::StatusOr<RestoredRound> restored =
+        RestoreRound(RoundOptionsLocked(seq, now), path, now);
+    if (!restored.ok()) return restored.status();
+    journal_bytes += restored->journal_bytes;
+    for (int r : restored->round->GetProgress().started) {
+      members_[r].next_seq = std::max(members_[r].next_seq, seq + 1);
+    }
+    if (restored->round->Complete()) {
+      completed_[seq] = restored->round;
+    } else {
+      rounds_[seq] = restored->round;
+    }
+  }
+  ServerEvent event;
+  event.kind = EventKind::kGroupRestored;
+  event.group = name_;
+  event.epoch = epoch_;
+  event.bytes = journal_bytes;
+  event.details = {{"rounds_in_flight", absl::StrCat(rounds_.size())},
+                   {"rounds_completed", absl::StrCat(completed_.size())},
+                   {"state_dir", journal_->directory()}};
+  DeferEvent(limits_.events, std::move(event), callbacks);
+  return absl::OkStatus();
+}
+
+std::string GroupState::Describe() const {
+  return absl::StrCat("group '", name_, "' epoch ", epoch_);
+}
+
+void GroupState::Emit(EventKind kind, int rank, const std::string& identity,
+                      const std::string& peer, const absl::Status& status,
+                      PendingCallbacks* callbacks) const {
+  ServerEvent event;
+  event.kind = kind;
+  event.group = name_;
+  event.epoch = epoch_;
+  event.rank = rank;
+  event.identity = identity;
+  event.peer = peer;
+  event.status = status;
+  DeferEvent(limits_.events, std::move(event), callbacks);
+}
+
+absl::Status GroupState::Join(const std::string& identity,
+                              const std::string& peer,
+                              const v1::JoinRequest& request,
+                              std::shared_ptr<SessionStream> session,
+                              absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  const std::string group = absl::StrCat("group '", name_, "'");
+  if (std::find(config_.members.begin(), config_.members.end(), identity) ==
+      config_.members.end()) {
+    return NotAMemberError(identity, name_);
+  }
+  if (static_cast<int>(request.world_size()) != config_.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(group, " has world size ", config_.world_size,
+                     "; the join asked for ", request.world_size()));
+  }
+  int requested = -1;
+  if (request.has_requested_rank()) {
+    if (request.requested_rank() >= static_cast<uint32_t>(config_.world_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", request.requested_rank(), " is out of range for ", group,
+          " of world size ", config_.world_size));
+    }
+    requested = static_cast<int>(request.requested_rank());
+  }
+  if (request.resume_epoch() == 0) {
+    if (absl::Status admitted = AdmissionLocked(); !admitted.ok()) {
+      return admitted;
+    }
+  }
+  if (request.resume_epoch() != 0) {
+    return ResumeLocked(identity, peer, request, std::move(session), now,
+                        callbacks);
+  }
+  if (formed_) {
+    const auto member =
+        std::find_if(members_.begin(), members_.end(),
+                     [&](const Member& m) { return m.identity == identity; });
+    if (member == members_.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(Describe(), " is formed with all ", members_.size(),
+                       " members; join again after it ends"));
+    }
+    EndEpochLocked(
+        absl::UnavailableError(absl::StrCat(
+            Describe(), ": rank ", member - members_.begin(), " (", identity,
+            ") joined again, so the epoch ended; join again")),
+        nullptr, callbacks);
+  }
+  for (const Waiting& w : waiting_) {
+    if (w.identity == identity) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "identity '", identity, "' is already waiting to join ", group));
+    }
+    if (requested >= 0 && w.requested_rank == requested) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("rank ", requested, " of ", group,
+                       " is already taken by '", w.identity, "'"));
+    }
+  }
+  waiting_.push_back(
+      Waiting{identity, peer, requested, session, session.get(), now});
+  Emit(EventKind::kMemberJoined, requested, identity, peer, absl::OkStatus(),
+       callbacks);
+  if (static_cast<int>(waiting_.size()) == config_.world_size) {
+    FormLocked(now, callbacks);
+  }
+  return absl::OkStatus();
+}
+
+v1::Joined GroupState::JoinedLocked(int rank) const {
+  v1::Joined joined;
+  joined.set_group(name_);
+  joined.set_epoch(epoch_);
+  joined.set_rank(static_cast<uint32_t>(rank));
+  joined.set_world_size(static_cast<uint32_t>(members_.size()));
+  joined.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(limits_.heartbeat_interval));
+  joined.set_heartbeat_timeout_ms(
+      absl::ToInt64Milliseconds(limits_.heartbeat_timeout));
+  joined.set_max_chunk_bytes(static_cast<uint32_t>(limits_.max_chunk_bytes));
+  for (size_t r = 0; r < members_.size(); ++r) {
+    v1::Member* member = joined.add_members();
+    member->set_rank(static_cast<uint32_t>(r));
+    member->set_identity(members_[r].identity);
+  }
+  return joined;
+}
+
+absl::Status GroupState::ResumeLocked(const std::string& identity,
+                                      const std::string& peer,
+                                      const v1::JoinRequest& request,
+                                      std::shared_ptr<SessionStream> session,
+                                      absl::Time now,
+                                      PendingCallbacks* callbacks) {
+  if (!formed_ || request.resume_epoch() != epoch_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", name_, "' epoch ", request.resume_epoch(),
+        " cannot be resumed: ",
+        formed_ ? absl::StrCat("the group is at epoch ", epoch_)
+                : (ended_status_.ok() ? std::string("it ended")
+                                      : std::string(ended_status_.message())),
+        "; join again"));
+  }
+  // The epoch's ranks, not the policy's world size (a reload may have
+  // changed that since the epoch formed).
+  if (!request.has_requested_rank() ||
+      request.requested_rank() >= members_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": identity '", identity, "' resumes ",
+                     request.has_requested_rank()
+                         ? absl::StrCat("rank ", request.requested_rank())
+                         : std::string("without naming its rank"),
+                     ", but the epoch has ranks 0 to ", members_.size() - 1));
+  }
+  const int rank = static_cast<int>(request.requested_rank());
+  if (members_[rank].identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        Describe(), ": identity '", identity, "' may not resume rank ", rank,
+        ", which is bound to another identity"));
+  }
+  Member& member = members_[rank];
+  member.peer = peer;
+  member.session = session;
+  member.session_key = session.get();
+  member.last_heartbeat = now;
+  member.disconnected = false;
+  std::weak_ptr<SessionStream> weak = session;
+  callbacks->Add([weak, joined = JoinedLocked(rank)] {
+    if (auto s = weak.lock()) s->SendJoined(joined);
+  });
+  Emit(EventKind::kMemberJoined, rank, identity, peer, absl::OkStatus(),
+       callbacks);
+  return absl::OkStatus();
+}
+
+void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
+  const int world = config_.world_size;
+  std::vector<const Waiting*> by_rank(world, nullptr);
+  std::vector<const Waiting*> unranked;
+  for (const Waiting& w : waiting_) {
+    if (w.requested_rank >= 0) {
+      by_rank[w.requested_rank] = &w;
+    } else {
+      unranked.push_back(&w);
+    }
+  }
+  std::sort(unranked.begin(), unranked.end(),
+            [](const Waiting* a, const Waiting* b) {
+              return a->identity < b->identity;
+            });
+  auto next = unranked.begin();
+  for (const Waiting*& slot : by_rank) {
+    if (slot == nullptr) slot = *next++;
+  }
+  ++epoch_;
+  formed_ = true;
+  ended_status_ = absl::OkStatus();
+  members_.clear();
+  rounds_.clear();
+  outcomes_.clear();
+  for (const Waiting* w : by_rank) {
+    Member member;
+    member.identity = w->identity;
+    member.peer = w->peer;
+    member.session = w->session;
+    member.session_key = w->session_key;
+    member.last_heartbeat = now;
+    members_.push_back(std::move(member));
+  }
+  waiting_.clear();
+  if (journal_ != nullptr) {
+    std::vector<std::string> identities;
+    for (const Member& m : members_) identities.push_back(m.identity);
+    if (absl::Status written = journal_->Formed(epoch_, identities);
+        !written.ok()) {
+      EndEpochLocked(StateErrorLocked(written), nullptr, callbacks);
+      return;
+    }
+  }
+
+  for (int r = 0; r < world; ++r) {
+    const v1::Joined joined = JoinedLocked(r);
+    std::weak_ptr<SessionStream> weak = members_[r].session;
+    callbacks->Add([weak, joined] {
+      if (auto session = weak.lock()) session->SendJoined(joined);
+    });
+  }
+  ServerEvent formed;
+  formed.kind = EventKind::kGroupFormed;
+  formed.group = name_;
+  formed.epoch = epoch_;
+  for (int r = 0; r < world; ++r) {
+    formed.details.emplace_back(absl::StrCat("rank_", r), members_[r].identity);
+  }
+  DeferEvent(limits_.events, std::move(formed), callbacks);
+}
+
+void GroupState::EndEpochLocked(absl::Status status,
+                                const SessionStream* except,
+                                PendingCallbacks* callbacks) {
+  if (!formed_) return;
+  formed_ = false;
+  closing_ = absl::OkStatus();
+  ended_status_ = status;
+  if (journal_ != nullptr) {
+    // Best effort: if it fails, a restart restores the epoch, whose members
+    // are gone, and it ends again when their resume grace passes.
+    journal_->Ended(epoch_).IgnoreError();
+  }
+  for (auto& [seq, round] : rounds_) round->Fail(status, callbacks);
+  rounds_.clear();
+  outcomes_.clear();
+  ended_ = EndedEpoch{epoch_, {}, std::move(completed_)};
+  completed_.clear();
+  for (const Member& member : members_) {
+    ended_.identities.push_back(member.identity);
+  }
+  for (const Member& member : members_) {
+    if (member.session_key == except) continue;
+    std::weak_ptr<SessionStream> weak = member.session;
+    callbacks->Add([weak, status] {
+      if (auto session = weak.lock()) session->Close(status);
+    });
+  }
+  members_.clear();
+  Emit(EventKind::kGroupDissolved, -1, "", "", status, callbacks);
+}
+
+void GroupState::StartResumeGrace(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (Member& member : members_) {
+    member.last_heartbeat = std::max(member.last_heartbeat, now);
+    if (member.disconnected) {
+      member.disconnected_at = std::max(member.disconnected_at, now);
+    }
+  }
+  for (auto& [seq, round] : rounds_) round->StartResumeGrace(now);
+  for (auto& [seq, round] : completed_) round->StartResumeGrace(now);
+}
+
+void GroupState::Heartbeat(const SessionStream* session, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (Member& member : members_) {
+    if (member.session_key == session) member.last_heartbeat = now;
+  }
+}
+
+void GroupState::MemberAlive(uint64_t epoch, int rank, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (formed_ && epoch == epoch_ && rank >= 0 &&
+      rank < static_cast<int>(members_.size())) {
+    members_[rank].last_heartbeat = now;
+  }
+}
+
+void GroupState::SessionLost(const SessionStream* session,
+                             absl::string_view why, absl::Time now,
+                             PendingCallbacks* callbacks, bool left) {
+  absl::MutexLock lock(&mu_);
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if (it->session_key != session) continue;
+    Emit(EventKind::kMemberLeft, -1, it->identity, it->peer,
+         absl::CancelledError(
+             absl::StrCat("left group '", name_, "' before it formed: ", why)),
+         callbacks);
+    waiting_.erase(it);
+    return;
+  }
+  for (size_t r = 0; r < members_.size(); ++r) {
+    if (members_[r].session_key != session) continue;
+    if (limits_.resume_grace > absl::ZeroDuration() && !left) {
+      Member& member = members_[r];
+      member.disconnected = true;
+      member.disconnected_at = now;
+      member.lost_why = std::string(why);
+      member.session.reset();
+      member.session_key = nullptr;
+      Emit(EventKind::kMemberLeft, static_cast<int>(r), member.identity,
+           member.peer,
+           absl::UnavailableError(
+               absl::StrCat(Describe(), ": rank ", r, " (", member.identity,
+                            ") disconnected: ", why, "; it may resume within ",
+                            absl::FormatDuration(limits_.resume_grace))),
+           callbacks);
+      return;
+    }
+    const absl::Status left = absl::UnavailableError(
+        absl::StrCat(Describe(), ": rank ", r, " (", members_[r].identity,
+                     ") disconnected: ", why));
+    Emit(EventKind::kMemberLeft, static_cast<int>(r), members_[r].identity,
+         members_[r].peer, left, callbacks);
+    EndEpochLocked(left, session, callbacks);
+    return;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
+    const std::string& identity, const v1::CollectiveHeader& header,
+    absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!formed_ || header.epoch() != epoch_) {
+    absl::StatusOr<std::shared_ptr<Round>> ended =
+        FindEndedRoundLocked(identity, header);
+    if (!ended.ok() || *ended != nullptr) return ended;
+    if (!formed_ && header.epoch() == epoch_ && !ended_status_.ok()) {
+      return ended_status_;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "group '", name_, "' is ",
+        formed_ ? absl::StrCat("at epoch ", epoch_) : "not formed",
+        "; the collective of rank ", header.rank(), " (", identity, ") seq ",
+        header.seq(), " named epoch ", header.epoch(), "; join again"));
+  }
+  const int world = static_cast<int>(members_.size());
+  if (header.rank() >= static_cast<uint32_t>(world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": rank ", header.rank(),
+                     " is out of range for world size ", world));
+  }
+  Member& member = members_[header.rank()];
+  if (member.identity != identity) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        Describe(), ": identity '", identity, "' may not act as rank ",
+        header.rank(), ", which is bound to another identity"));
+  }
+  if (header.resume() && header.seq() < member.next_seq) {
+    const uint64_t seq = header.seq();
+    if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
+    if (auto it = completed_.find(seq); it != completed_.end()) {
+      return it->second;
+    }
+    if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
+      if (!it->second.ok()) return it->second;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), " seq ", seq, " can no longer be resumed: ",
+        limits_.resume_grace > absl::ZeroDuration()
+            ? "it ended too long ago"
+            : "this server does not resume broken streams (--resume-grace "
+              "0)"));
+  }
+  if (header.seq() != member.next_seq) {
+    const absl::Status out_of_order =
+        absl::FailedPreconditionError(absl::StrCat(
+            Describe(), ": rank ", header.rank(), " (", identity, ") sent seq ",
+            header.seq(), " but its next collective is seq ", member.next_seq,
+            "; the ranks are calling collectives in a different "
+            "order, so the epoch ended; join again"));
+    EndEpochLocked(out_of_order, nullptr, callbacks);
+    return out_of_order;
+  }
+  ++member.next_seq;
+  const uint64_t seq = header.seq();
+  if (journal_ != nullptr) {
+    if (absl::Status written = journal_->Started(header.rank(), seq);
+        !written.ok()) {
+      const absl::Status failed = StateErrorLocked(written);
+      EndEpochLocked(failed, nullptr, callbacks);
+      return failed;
+    }
+  }
+  if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
+  if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
+    if (!it->second.ok()) return it->second;
+    // Only a rank a quorum round closed without can name a completed seq:
+    // every contributor has moved past it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), " seq ", seq, " has already completed without rank ",
+        header.rank(), " (", identity,
+        "), which came after its quorum deadline; its next collective is seq ",
+        seq + 1));
+  }
+  if (!closing_.ok()) return closing_;
+  if (absl::Status admitted = AdmissionLocked(); !admitted.ok()) {
+    // Every rank of this seq gets the same refusal; the epoch stays in step.
+    KeepOutcomeLocked(seq, admitted);
+    return admitted;
+  }
+  if (static_cast<int>(rounds_.size()) >= config_.max_rounds_in_flight) {
+    const absl::Status too_many = absl::ResourceExhaustedError(absl::StrCat(
+        Describe(), ": rank ", header.rank(), " (", identity, ") started seq ",
+        seq, " while ", rounds_.size(),
+        " rounds are in flight, the group's max_rounds_in_flight; the epoch "
+        "ended; join again"));
+    EndEpochLocked(too_many, nullptr, callbacks);
+    return too_many;
+  }
+  absl::StatusOr<std::shared_ptr<Round>> round = NewRoundLocked(seq, now);
+  if (!round.ok()) {
+    const absl::Status failed = StateErrorLocked(round.status());
+    EndEpochLocked(failed, nullptr, callbacks);
+    return failed;
+  }
+  rounds_[seq] = *round;
+  return *round;
+}
+
+absl::StatusOr<std::shared_ptr<Round>> GroupState::FindEndedRoundLocked(
+    const std::string& identity, const v1::CollectiveHeader& header) const {
+  const auto round = ended_.completed.find(header.seq());
+  if (!header.resume() || header.epoch() != ended_.epoch ||
+      round == ended_.completed.end() ||
+      header.rank() >= ended_.identities.size()) {
+    return nullptr;
+  }
+  if (ended_.identities[header.rank()] != identity) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("group '", name_, "' epoch ", ended_.epoch, ": identity '",
+                     identity, "' may not resume rank ", header.rank(),
+                     ", which was bound to another identity"));
+  }
+  return round->second;
+}
+
+absl::Status GroupState::StateErrorLocked(const absl::Status& error) const {
+  return absl::UnavailableError(absl::StrCat(
+      Describe(),
+      " ended: the server could not write its state: ", error.message()));
+}
+
+absl::StatusOr<std::shared_ptr<Round>> GroupState::NewRoundLocked(
+    uint64_t seq, absl::Time now) {
+  std::unique_ptr<JournalFile> journal;
+  if (journal_ != nullptr) {
+    absl::StatusOr<std::unique_ptr<JournalFile>> created =
+        journal_->CreateRoundJournal(seq);
+    if (!created.ok()) return created.status();
+    journal = *std::move(created);
+  }
+  return std::make_shared<Round>(RoundOptionsLocked(seq, now),
+                                 std::move(journal));
+}
+
+RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {
+  const int world = static_cast<int>(members_.size());
+  RoundOptions options;
+  options.group = name_;
+  options.epoch = epoch_;
+  options.seq = seq;
+  for (const Member& m : members_) options.identities.push_back(m.identity);
+  options.max_buffered_bytes = limits_.max_buffered_bytes_per_round;
+  options.max_chunk_bytes = limits_.max_chunk_bytes;
+  const absl::Duration wait = config_.round_deadline > absl::ZeroDuration()
+                                  ? config_.round_deadline
+                                  : limits_.round_timeout;
+  if (config_.min_quorum > 0 && config_.min_quorum < world) {
+    options.min_quorum = config_.min_quorum;
+    options.quorum_deadline = now + wait;
+    options.quorum_wait = wait;
+    options.deadline = options.quorum_deadline + limits_.round_timeout;
+    options.timeout = wait + limits_.round_timeout;
+  } else {
+    options.deadline = now + wait;
+    options.timeout = wait;
+  }
+  options.resume_grace = limits_.resume_grace;
+  options.resume_window_bytes = limits_.resume_window_bytes;
+  options.events = limits_.events;
+  options.metrics = limits_.metrics;
+  options.started = now;
+  const uint64_t epoch = epoch_;
+  options.on_finished = [this, epoch](uint64_t seq,
+                                      const absl::Status& outcome) {
+    RoundFinished(epoch, seq, outcome);
+  };
+  return options;
+}
+
+void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
+                               const absl::Status& outcome) {
+  PendingCallbacks callbacks;  // runs after the lock is released
+  absl::MutexLock lock(&mu_);
+  if (!formed_ || epoch != epoch_) return;
+  if (auto it = rounds_.find(seq); it != rounds_.end()) {
+    if (outcome.ok() && limits_.resume_grace > absl::ZeroDuration()) {
+      completed_[seq] = it->second;
+      while (completed_.size() > kKeptCompletedRounds) {
+        if (journal_ != nullptr)
+          journal_->DiscardRound(completed_.begin()->first);
+        completed_.erase(completed_.begin());
+      }
+    } else if (journal_ != nullptr) {
+      journal_->DiscardRound(seq);
+    }
+    rounds_.erase(it);
+  }
+  KeepOutcomeLocked(seq, outcome);
+  if (!closing_.ok() && rounds_.empty()) {
+    EndEpochLocked(closing_, nullptr, &callbacks);
+  }
+}
+
+absl::Status GroupState::AdmissionLocked() const {
+  return limits_.admission ? limits_.admission() : absl::OkStatus();
+}
+
+void GroupState::KeepOutcomeLocked(uint64_t seq, const absl::Status& outcome) {
+  const absl::Status kept = BoundStatus(outcome);
+  if (journal_ != nullptr) {
+    // Best effort: a restart without it only answers a late rank less well.
+    journal_->Finished(seq, kept).IgnoreError();
+  }
+  outcomes_[seq] = kept;
+  TrimOutcomesLocked();
+}
+
+void GroupState::TrimOutcomesLocked() {
+  size_t bytes = 0;
+  for (const auto& [seq, outcome] : outcomes_)
+    bytes += outcome.message().size();
+  while (outcomes_.size() > kKeptOutcomes || bytes > kKeptOutcomeBytes) {
+    bytes -= outcomes_.begin()->second.message().size();
+    outcomes_.erase(outcomes_.begin());
+  }
+}
+
+absl::Status GroupState::JoinTimeoutLocked() const {
+  std::set<std::string> joined;
+  for (const Waiting& w : waiting_) joined.insert(w.identity);
+  std::vector<std::string> missing;
+  for (const std::string& id : config_.members) {
+    if (joined.count(id) == 0) missing.push_back(id);
+  }
+  return absl::DeadlineExceededError(absl::StrCat(
+      "group '", name_, "' did not form within ",
+      absl::FormatDuration(limits_.join_timeout), ": ", joined.size(), " of ",
+      config_.world_size, " members joined (", absl::StrJoin(joined, ", "),
+      "); not joined: ", absl::StrJoin(missing, ", ")));
+}
+
+void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  // Every waiting member that times out in this check gets one message,
+  // built only when someone does.
+  absl::Status timeout;
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (now - it->since < limits_.join_timeout) {
+      ++it;
+      continue;
+    }
+    if (timeout.ok()) timeout = JoinTimeoutLocked();
+    Emit(EventKind::kMemberLeft, -1, it->identity, it->peer, timeout,
+         callbacks);
+    std::weak_ptr<SessionStream> weak = it->session;
+    callbacks->Add([weak, timeout] {
+      if (auto session = weak.lock()) session->Close(timeout);
+    });
+    it = waiting_.erase(it);
+  }
+  for (auto it = ended_.completed.begin(); it != ended_.completed.end();) {
+    it->second->CheckDeadline(now, callbacks);
+    it = it->second->Settled(now) ? ended_.completed.erase(it) : std::next(it);
+  }
+  if (!formed_) return;
+  for (size_t r = 0; r < members_.size(); ++r) {
+    const Member& member = members_[r];
+    if (member.disconnected) {
+      if (now - member.disconnected_at < limits_.resume_grace) continue;
+      EndEpochLocked(absl::UnavailableError(absl::StrCat(
+                         Describe(), ": rank ", r, " (", member.identity,
+                         ") disconnected: ", member.lost_why,
+                         ", and did not resume within ",
+                         absl::FormatDuration(limits_.resume_grace))),
+                     nullptr, callbacks);
+      return;
+    }
+    const absl::Duration silent = now - members_[r].last_heartbeat;
+    if (silent <= limits_.heartbeat_timeout) continue;
+    EndEpochLocked(absl::UnavailableError(absl::StrCat(
+                       Describe(), ": rank ", r, " (", members_[r].identity,
+                       ") sent no heartbeat for ", absl::FormatDuration(silent),
+                       " (timeout ",
+                       absl::FormatDuration(limits_.heartbeat_timeout), ")")),
+                   nullptr, callbacks);
+    return;
+  }
+  for (auto& [seq, round] : rounds_) round->CheckDeadline(now, callbacks);
+  for (auto& [seq, round] : completed_) round->CheckDeadline(now, callbacks);
+}
+
+}  // namespace fedgather::server
+
+namespace fedgather::server {
+
+void GroupState::RefuseWaitingLocked(
+    const std::function<absl::Status(const Waiting&)>& refuse,
+    PendingCallbacks* callbacks) {
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    const absl::Status refused = refuse(*it);
+    if (refused.ok()) {
+      ++it;
+      continue;
+    }
+    Emit(EventKind::kJoinRefused, it->requested_rank, it->identity, it->peer,
+         refused, callbacks);
+    std::weak_ptr<SessionStream> weak = it->session;
+    callbacks->Add([weak, refused] {
+      if (auto session = weak.lock()) session->Close(refused);
+    });
+    it = waiting_.erase(it);
+  }
+}
+
+void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  const int old_world = config_.world_size;
+  config_ = std::move(config);
+  if (formed_ && closing_.ok()) {
+    std::vector<std::string> removed;
+    std::vector<int> removed_ranks;
+    for (size_t r = 0; r < members_.size(); ++r) {
+      if (std::find(config_.members.begin(), config_.members.end(),
+                    members_[r].identity) == config_.members.end()) {
+        removed.push_back(members_[r].identity);
+        removed_ranks.push_back(static_cast<int>(r));
+      }
+    }
+    if (!removed.empty()) {
+      closing_ = absl::AbortedError(absl::StrCat(
+          Describe(), " was closed by a policy reload that removed ",
+          absl::StrJoin(removed, ", "), "; join again"));
+    } else if (config_.world_size != old_world) {
+      closing_ = absl::AbortedError(
+          absl::StrCat(Describe(),
+                       " was closed by a policy reload that changed the world "
+                       "size from ",
+                       old_world, " to ", config_.world_size, "; join again"));
+    }
+    // A round in flight still waiting for a removed member's header can
+    // never complete (the member is refused now): fail it at once.
+    for (auto& [seq, round] : rounds_) {
+      const std::vector<int> started = round->GetProgress().started;
+      for (int r : removed_ranks) {
+        if (std::find(started.begin(), started.end(), r) == started.end()) {
+          round->Fail(closing_, callbacks);
+          break;
+        }
+      }
+    }
+    if (!closing_.ok() && rounds_.empty()) {
+      EndEpochLocked(closing_, nullptr, callbacks);
+    }
+  }
+  RefuseWaitingLocked(
+      [&](const Waiting& w) {
+        if (std::find(config_.members.begin(), config_.members.end(),
+                      w.identity) == config_.members.end()) {
+          return NotAMemberError(w.identity, name_);
+        }
+        if (config_.world_size != old_world) {
+          return absl::AbortedError(absl::StrCat(
+              "a policy reload changed the world size of group '", name_,
+              "' from ", old_world, " to ", config_.world_size,
+              "; join again with the new size"));
+        }
+        return absl::OkStatus();
+      },
+      callbacks);
+}
+
+std::vector<uint64_t> GroupState::AbortRounds(const std::string& admin,
+                                              absl::string_view reason,
+                                              PendingCallbacks* callbacks) {
+  return FailRounds(
+      absl::StatusCode::kAborted,
+      absl::StrCat("was aborted by admin '", admin, "': ", reason), callbacks);
+}
+
+std::vector<uint64_t> GroupState::FailRounds(absl::StatusCode code,
+                                             absl::string_view why,
+                                             PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  std::vector<uint64_t> failed;
+  for (auto& [seq, round] : rounds_) {
+    round->Fail(absl::Status(code, absl::StrCat(round->Describe(), " ", why)),
+                callbacks);
+    failed.push_back(seq);
+  }
+  return failed;
+}
+
+void GroupState::Drain(const absl::Status& why, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  RefuseWaitingLocked([&](const Waiting&) { return why; }, callbacks);
+  if (formed_ && closing_.ok()) {
+    closing_ = why;
+    if (rounds_.empty()) EndEpochLocked(closing_, nullptr, callbacks);
+  }
+}
+
+int GroupState::RoundsInFlight() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(rounds_.size());
+}
+
+GroupState::Snapshot GroupState::GetSnapshot() const {
+  absl::MutexLock lock(&mu_);
+  Snapshot snapshot;
+  snapshot.config = config_;
+  snapshot.formed = formed_;
+  snapshot.epoch = epoch_;
+  for (const Member& m : members_) {
+    snapshot.members.push_back({m.identity, !m.disconnected});
+  }
+  for (const Waiting& w : waiting_) snapshot.waiting.push_back(w.identity);
+  for (const auto& [seq, round] : rounds_) {
+    snapshot.rounds.push_back(round->GetProgress());
+  }
+  return snapshot;
+}
+
+}  // namespace fedgather::server

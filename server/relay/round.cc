@@ -1,0 +1,989 @@
+#include "server/relay/round.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/bounded_text.h"
+#include "common/frame_codec.h"
+#include "common/status_macros.h"
+
+namespace fedgather::server {
+
+Round::Round(RoundOptions options, std::unique_ptr<JournalFile> journal)
+    : options_(std::move(options)),
+      world_(static_cast<int>(options_.identities.size())),
+      journal_(std::move(journal)),
+      ranks_(options_.identities.size()),
+      contributors_(world_) {}
+
+bool Round::JournalLocked(RoundRecord kind, int rank,
+                          const grpc::ByteBuffer& payload,
+                          PendingCallbacks* callbacks) {
+  if (journal_ == nullptr) return true;
+  return JournaledLocked(journal_->Append(static_cast<uint8_t>(kind),
+                                          static_cast<uint32_t>(rank), payload),
+                         callbacks);
+}
+
+bool Round::JournalLocked(RoundRecord kind, int rank, absl::string_view payload,
+                          bool sync, PendingCallbacks* callbacks) {
+  if (journal_ == nullptr) return true;
+  absl::Status written = journal_->Append(static_cast<uint8_t>(kind),
+                                          static_cast<uint32_t>(rank), payload);
+  if (written.ok() && sync) written = journal_->Sync();
+  return JournaledLocked(written, callbacks);
+}
+
+bool Round::JournaledLocked(const absl::Status& written,
+                            PendingCallbacks* callbacks) {
+  if (written.ok()) return true;
+  FailLocked(absl::Status(
+                 written.code(),
+                 absl::StrCat(Describe(), ": the server could not journal it: ",
+                              written.message())),
+             callbacks);
+  return false;
+}
+
+std::string Round::Describe() const {
+  return absl::StrCat("group '", options_.group, "' epoch ", options_.epoch,
+                      " seq ", options_.seq);
+}
+
+std::string Round::RankName(int rank) const {
+  return absl::StrCat("rank ", rank, " (", options_.identities[rank], ")");
+}
+
+int64_t Round::BufferedBytes() const {
+  absl::MutexLock lock(&mu_);
+  return buffered_bytes_;
+}
+
+int64_t Round::TailBytes() const {
+  absl::MutexLock lock(&mu_);
+  return tail_bytes_;
+}
+
+ServerEvent Round::MakeEvent(EventKind kind, int rank) const {
+  ServerEvent event;
+  event.kind = kind;
+  event.group = options_.group;
+  event.epoch = options_.epoch;
+  event.seq = options_.seq;
+  event.op = op_;
+  event.rank = rank;
+  if (rank >= 0) {
+    event.identity = options_.identities[rank];
+    event.peer = ranks_[rank].peer;
+  }
+  return event;
+}
+
+Round::Progress Round::GetProgress() const {
+  absl::MutexLock lock(&mu_);
+  Progress progress;
+  progress.seq = options_.seq;
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].attached) progress.started.push_back(r);
+    if (ranks_[r].ended) progress.complete.push_back(r);
+    progress.bytes_in.push_back(ranks_[r].received_bytes);
+    progress.bytes_out.push_back(ranks_[r].sent_bytes);
+  }
+  progress.buffered_bytes = buffered_bytes_;
+  progress.deadline = options_.deadline;
+  return progress;
+}
+
+void Round::Wake(int rank, PendingCallbacks* callbacks) {
+  std::weak_ptr<RoundStream> weak = ranks_[rank].stream;
+  callbacks->Add([weak] {
+    if (std::shared_ptr<RoundStream> stream = weak.lock()) stream->WakeWriter();
+  });
+}
+
+void Round::WakeAll(PendingCallbacks* callbacks) {
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].attached) Wake(r, callbacks);
+  }
+}
+
+absl::Status Round::CheckHeaderLocked(int rank,
+                                      const v1::CollectiveHeader& header,
+                                      const Fingerprint& fingerprint) const {
+  const v1::Op op = header.op();
+  if (op != op_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " called ", OpName(op), " but ",
+        RankName(first_rank_), " called ", OpName(op_),
+        "; the ranks are calling collectives in a different order"));
+  }
+  if (op_ == v1::BROADCAST && header.root() != root_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(), " (BROADCAST): ", RankName(rank), " names root ",
+        header.root(), " but ", RankName(first_rank_), " names root ", root_));
+  }
+  if (op_ == v1::ALL_REDUCE && header.reduce() != reduce_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), " (ALL_REDUCE): ", RankName(rank),
+                     " reduces with ", ReduceOpName(header.reduce()), " but ",
+                     RankName(first_rank_), " with ", ReduceOpName(reduce_)));
+  }
+  if (absl::Status same = CompareFingerprints(
+          op_, first_rank_, first_fingerprint_, rank, fingerprint);
+      !same.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), " (", OpName(op_), "): ", same.message(), "; ",
+                     RankName(rank), ", ", RankName(first_rank_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Round::ShutOutErrorLocked(int rank) const {
+  return absl::FailedPreconditionError(absl::StrCat(
+      Describe(), " closed at its quorum deadline of ",
+      absl::FormatDuration(options_.quorum_wait), " with ", contributors_,
+      " of ", world_, " ranks; ", RankName(rank),
+      " came too late and is not part of it; its next collective is seq ",
+      options_.seq + 1));
+}
+
+absl::Status Round::Attach(int rank, const std::string& peer,
+                           const v1::CollectiveHeader& header,
+                           const Fingerprint& fingerprint,
+                           grpc::ByteBuffer header_frame,
+                           std::weak_ptr<RoundStream> stream,
+                           PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  return AttachLocked(rank, peer, header, fingerprint, std::move(header_frame),
+                      std::move(stream), callbacks);
+}
+
+absl::Status Round::AttachLocked(int rank, const std::string& peer,
+                                 const v1::CollectiveHeader& header,
+                                 const Fingerprint& fingerprint,
+                                 grpc::ByteBuffer header_frame,
+                                 std::weak_ptr<RoundStream> stream,
+                                 PendingCallbacks* callbacks) {
+  if (!status_.ok()) return status_;
+  RankState& state = ranks_[rank];
+  if (state.shut_out) return ShutOutErrorLocked(rank);
+  if (complete_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), " has already completed"));
+  }
+  if (state.attached) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(), ": ", RankName(rank),
+                     " already has a stream in this round"));
+  }
+  absl::Status valid = absl::OkStatus();
+  if (first_rank_ >= 0) {
+    valid = CheckHeaderLocked(rank, header, fingerprint);
+  } else if (header.op() == v1::BROADCAST &&
+             header.root() >= static_cast<uint32_t>(world_)) {
+    valid = absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": ", RankName(rank), " broadcasts from root ",
+                     header.root(), ", out of range for world size ", world_));
+  } else if (header.op() == v1::ALL_REDUCE) {
+    absl::StatusOr<std::unique_ptr<Reducer>> reducer = Reducer::Create(
+        header.reduce(), fingerprint, world_, options_.max_chunk_bytes);
+    if (reducer.ok()) {
+      reducer_ = *std::move(reducer);
+      weights_.assign(world_, 1.0);
+    } else {
+      valid = absl::InvalidArgumentError(absl::StrCat(
+          Describe(), ": ", RankName(rank), ": ", reducer.status().message()));
+    }
+  }
+  if (valid.ok() && header.op() == v1::ALL_REDUCE &&
+      header.reduce() == v1::WEIGHTED_MEAN &&
+      !(header.weight() > 0 && std::isfinite(header.weight()))) {
+    valid = absl::InvalidArgumentError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " declares weight ", header.weight(),
+        "; WEIGHTED_MEAN needs a positive example count"));
+  }
+  if (!valid.ok()) {
+    FailLocked(valid, callbacks);
+    return valid;
+  }
+  if (!JournalLocked(RoundRecord::kAttach, rank, header_frame, callbacks)) {
+    return status_;
+  }
+  if (first_rank_ < 0) {
+    op_ = header.op();
+    root_ = header.root();
+    reduce_ = header.reduce();
+    first_rank_ = rank;
+    first_fingerprint_ = fingerprint;
+  }
+  if (op_ == v1::ALL_REDUCE) weights_[rank] = header.weight();
+  state.attached = true;
+  state.peer = peer;
+  state.stream = std::move(stream);
+  state.fingerprint = fingerprint;
+  state.header = header;
+  const bool sends = op_ != v1::BROADCAST || rank == static_cast<int>(root_);
+  state.expected_bytes = sends ? ContributionBytes(fingerprint).value() : 0;
+  ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
+  started.bytes = state.expected_bytes;
+  DeferEvent(options_.events, std::move(started), callbacks);
+  // The header goes to every other rank ahead of this rank's chunks, so an
+  // ALL_GATHER_V receiver learns the part's shape before its bytes. A
+  // broadcast's non-roots and an all_reduce's ranks need no one's header.
+  if (sends && op_ != v1::ALL_REDUCE) {
+    const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
+    Append(rank, std::move(header_frame), header_bytes, callbacks);
+  }
+  Wake(rank, callbacks);
+  return absl::OkStatus();
+}
+
+absl::Status Round::EquivocationLocked(int rank, absl::string_view what,
+                                       PendingCallbacks* callbacks) {
+  const absl::Status equivocation = absl::InvalidArgumentError(absl::StrCat(
+      Describe(), ": ", RankName(rank), " resumed its contribution with ", what,
+      " than it first sent; one round key cannot carry two "
+      "contributions (equivocation)"));
+  ServerEvent event = MakeEvent(EventKind::kEquivocation, rank);
+  event.status = equivocation;
+  DeferEvent(options_.events, std::move(event), callbacks);
+  FailLocked(equivocation, callbacks);
+  return equivocation;
+}
+
+absl::StatusOr<Round::ResumePoint> Round::Resume(
+    int rank, const std::string& peer, const v1::CollectiveHeader& header,
+    const Fingerprint& fingerprint, grpc::ByteBuffer header_frame,
+    std::weak_ptr<RoundStream> stream, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  RankState& state = ranks_[rank];
+  if (state.shut_out) return ShutOutErrorLocked(rank);
+  if (!state.attached) {  // the first header never arrived
+    if (header.frames_received() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " resumes after ",
+          header.frames_received(), " frames but never had a stream"));
+    }
+    FG_RETURN_IF_ERROR(AttachLocked(rank, peer, header, fingerprint,
+                                    std::move(header_frame), std::move(stream),
+                                    callbacks));
+    return ResumePoint{};
+  }
+  if (state.lost) {
+    return absl::UnavailableError(
+        absl::StrCat(Describe(), ": ", RankName(rank),
+                     " did not resume its collective stream within ",
+                     absl::FormatDuration(options_.resume_grace)));
+  }
+  if (!state.detached && state.commit_sent && state.stream.expired()) {
+    // Its stream finished with the commit, but the client resumes: the
+    // commit did not arrive. Resume it like a broken stream.
+    TakeBackCommitLocked(state);
+    state.detached = true;
+  }
+  if (!state.detached) {
+    absl::Status retry = absl::UnavailableError(
+        absl::StrCat(Describe(), ": ", RankName(rank),
+                     "'s previous stream is still open; retry"));
+    retry.SetPayload(kRetryPayload, absl::Cord("1"));
+    return retry;
+  }
+  // The same key must carry the same contribution.
+  const v1::CollectiveHeader& first = state.header;
+  if (fingerprint != state.fingerprint || header.op() != first.op() ||
+      header.root() != first.root() || header.reduce() != first.reduce() ||
+      header.weight() != first.weight()) {
+    return EquivocationLocked(rank, "a different header", callbacks);
+  }
+  Sha256Digest declared;
+  if (!DigestFromBytes(header.contribution_sha256(), &declared)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(), ": ", RankName(rank),
+        " resumed without contribution_sha256; a resumed header must carry "
+        "the contribution's 32-byte SHA-256"));
+  }
+  if ((state.ended && declared != state.digest) ||
+      (state.has_declared_digest && declared != state.declared_digest)) {
+    return EquivocationLocked(rank, "different bytes", callbacks);
+  }
+  state.has_declared_digest = true;
+  state.declared_digest = declared;
+  if (state.restored_frames >= 0) {
+    if (static_cast<int64_t>(header.frames_received()) >
+        state.restored_frames) {
+      const absl::Status lost = absl::DataLossError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " resumes after ",
+          header.frames_received(), " frames, but the server's journal held ",
+          state.restored_frames,
+          " for it after the restart (frames that had not reached the disk "
+          "were lost); run the collective again"));
+      FailLocked(lost, callbacks);
+      return lost;
+    }
+    state.restored_frames = -1;
+  }
+  // Find the first frame the client lacks: the frames sent to this rank are
+  // the log's entries from other ranks, in order.
+  uint64_t seen = 0;
+  size_t cursor = 0;
+  for (; cursor < log_.size() && seen < header.frames_received(); ++cursor) {
+    if (log_[cursor].source_rank != rank) ++seen;
+  }
+  if (seen < header.frames_received()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " resumes after ",
+        header.frames_received(), " frames, more than it was sent"));
+  }
+  // A write the old stream had in flight may have arrived: the client has
+  // it, so its claim goes.
+  for (size_t i = state.cursor; i < cursor; ++i) {
+    LogEntry& entry = log_[i];
+    if (entry.source_rank != rank && --entry.pending_writes == 0) {
+      Release(entry, callbacks);
+    }
+  }
+  // Frames the old stream wrote but the client never got: claim them
+  // again, from the tail.
+  int64_t resent = 0;
+  for (size_t i = cursor; i < state.cursor; ++i) {
+    LogEntry& entry = log_[i];
+    if (entry.source_rank == rank) continue;
+    if (entry.frame.Length() == 0 && !entry.spilled) {
+      const absl::Status gone = absl::UnavailableError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " resumed after ",
+          header.frames_received(),
+          " frames, but the frames after those were already released (the "
+          "resume window is ",
+          options_.resume_window_bytes, " bytes)"));
+      FailLocked(gone, callbacks);
+      return gone;
+    }
+    if (entry.in_tail) {
+      entry.in_tail = false;
+      tail_bytes_ -= entry.bytes;
+      buffered_bytes_ += entry.bytes;
+    }
+    ++entry.pending_writes;
+    resent += FrameBytes(entry);
+  }
+  state.detached = false;
+  state.peer = peer;
+  state.stream = std::move(stream);
+  state.cursor = cursor;
+  state.write_in_flight = false;
+  state.read_paused = false;  // a new stream reads until it is paused
+  ResumePoint point;
+  point.upload_bytes = state.received_bytes;
+  point.upload_ended = state.ended;
+  point.hasher = std::move(state.upload_hasher);
+  ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
+  resumed.details = {
+      {"frames_received", absl::StrCat(header.frames_received())},
+      {"upload_bytes", absl::StrCat(point.upload_bytes)},
+      {"download_bytes_resent", absl::StrCat(resent)}};
+  DeferEvent(options_.events, std::move(resumed), callbacks);
+  Wake(rank, callbacks);
+  return point;
+}
+
+void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
+                   PendingCallbacks* callbacks) {
+  // Every contributor but the sender (all ranks until a quorum closes).
+  const int receivers = rank == kEveryRank ? contributors_ : contributors_ - 1;
+  if (receivers == 0) return;
+  if (frame.Length() < kCompactFrameBytes) {
+    grpc::Slice flat;
+    if (frame.DumpToSingleSlice(&flat).ok()) frame = grpc::ByteBuffer(&flat, 1);
+  }
+  const int64_t charge = bytes + kFrameChargeBytes;
+  log_.push_back(LogEntry{rank, std::move(frame), charge, receivers});
+  buffered_bytes_ += charge;
+  for (int r = 0; r < world_; ++r) {
+    if (r != rank && ranks_[r].attached) Wake(r, callbacks);
+  }
+}
+
+int64_t Round::HeldLocked() const {
+  return buffered_bytes_ + (reducer_ != nullptr ? reducer_->HeldBytes() : 0);
+}
+
+bool Round::PauseIfFullLocked(int rank) {
+  if (HeldLocked() < options_.max_buffered_bytes) return true;
+  ranks_[rank].read_paused = true;
+  return false;
+}
+
+void Round::CountReceivedLocked(int rank, int64_t bytes) {
+  ranks_[rank].received_bytes += bytes;
+  if (options_.metrics == nullptr) return;
+  options_.metrics->BytesIn(options_.group, bytes);
+  if (!first_chunk_seen_) {
+    first_chunk_seen_ = true;
+    options_.metrics->FirstChunk(options_.group,
+                                 absl::Now() - options_.started);
+  }
+}
+
+bool Round::RoomForFrameLocked(int rank, PendingCallbacks* callbacks) {
+  const int64_t most = options_.max_buffered_bytes / kLogEntryBytes;
+  if (static_cast<int64_t>(log_.size()) < most) return true;
+  FailLocked(
+      absl::ResourceExhaustedError(absl::StrCat(
+          Describe(), ": ", RankName(rank), " sent chunk ",
+          ranks_[rank].chunks + 1, ", but a round takes at most ", most,
+          " frames from all ranks (--max-buffered-mib / ", kLogEntryBytes,
+          " bytes); send bigger chunks, up to max_chunk_bytes")),
+      callbacks);
+  return false;
+}
+
+void Round::AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
+                              int64_t payload_bytes,
+                              PendingCallbacks* callbacks) {
+  ++ranks_[rank].chunks;
+  CountReceivedLocked(rank, payload_bytes);
+  Append(rank, std::move(frame), payload_bytes, callbacks);
+}
+
+bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
+                       PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished() || !RoomForFrameLocked(rank, callbacks)) return false;
+  if (!JournalLocked(RoundRecord::kChunk, rank, frame, callbacks)) return false;
+  AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
+  return PauseIfFullLocked(rank);
+}
+
+void Round::ReplayChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
+                        int64_t journal_offset, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished() || !RoomForFrameLocked(rank, callbacks)) return;
+  const size_t before = log_.size();
+  const int64_t size = static_cast<int64_t>(frame.Length());
+  AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
+  if (log_.size() == before) return;  // nobody receives it
+  log_.back().journal_offset = journal_offset;
+  log_.back().journal_size = size;
+  SpillLocked();
+}
+
+void Round::SpillLocked() {
+  while (HeldLocked() > options_.max_buffered_bytes &&
+         spill_cursor_ < log_.size()) {
+    LogEntry& entry = log_[spill_cursor_++];
+    if (entry.journal_offset < 0 || entry.spilled ||
+        entry.pending_writes == 0) {
+      continue;
+    }
+    buffered_bytes_ -= entry.bytes;
+    entry.bytes = 0;
+    entry.frame.Clear();
+    entry.spilled = true;
+  }
+}
+
+int64_t Round::FrameBytes(const LogEntry& entry) {
+  return entry.spilled ? entry.journal_size
+                       : static_cast<int64_t>(entry.frame.Length());
+}
+
+absl::StatusOr<grpc::ByteBuffer> Round::FrameLocked(
+    const LogEntry& entry) const {
+  if (!entry.spilled) return entry.frame;  // shares the slices
+  if (journal_ == nullptr) {
+    return absl::InternalError("a replayed frame left memory with no journal");
+  }
+  return journal_->ReadAt(entry.journal_offset, entry.journal_size);
+}
+
+bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
+                             const uint8_t* data, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished()) return false;
+  if (journal_ != nullptr &&
+      !JournalLocked(RoundRecord::kChunk, rank, EncodeChunkFrame(meta, data),
+                     callbacks)) {
+    return false;
+  }
+  const int64_t size = static_cast<int64_t>(meta.size);
+  CountReceivedLocked(rank, size);
+  absl::StatusOr<Reducer::Added> added =
+      reducer_->Add(rank, weights_[rank], static_cast<int>(meta.tensor_index),
+                    static_cast<int64_t>(meta.offset), data, size);
+  if (!added.ok()) {
+    FailLocked(
+        absl::InternalError(absl::StrCat(Describe(), ": ", RankName(rank), ": ",
+                                         added.status().message())),
+        callbacks);
+    return false;
+  }
+  for (Reducer::FinishedChunk& chunk : added->finished) {
+    AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
+                       callbacks);
+  }
+  // A rank that only folded into elements another rank had started is
+  // behind: it must never wait, or the ranks ahead (waiting for it) never
+  // drain.
+  return !added->ahead || PauseIfFullLocked(rank);
+}
+
+void Round::AppendResultLocked(int tensor, int64_t offset, std::string data,
+                               PendingCallbacks* callbacks) {
+  result_hasher_.Update(data.data(), data.size());
+  ChunkMeta out;
+  out.rank = static_cast<uint32_t>(world_);  // the result's "rank"
+  out.tensor_index = static_cast<uint32_t>(tensor);
+  out.offset = static_cast<uint64_t>(offset);
+  const int64_t size = static_cast<int64_t>(data.size());
+  Append(kEveryRank, EncodeOwnedChunkFrame(out, std::move(data)), size,
+         callbacks);
+}
+
+void Round::Release(LogEntry& entry, PendingCallbacks* callbacks) {
+  buffered_bytes_ -= entry.bytes;
+  if (options_.resume_grace > absl::ZeroDuration()) {
+    entry.in_tail = true;
+    tail_bytes_ += entry.bytes;
+    tail_.push_back(static_cast<size_t>(&entry - log_.data()));
+    while (tail_bytes_ > options_.resume_window_bytes && !tail_.empty()) {
+      LogEntry& oldest = log_[tail_.front()];
+      tail_.pop_front();
+      if (!oldest.in_tail) continue;  // a resume claimed it again
+      oldest.in_tail = false;
+      tail_bytes_ -= oldest.bytes;
+      oldest.bytes = 0;
+      oldest.frame.Clear();
+    }
+  } else {
+    entry.bytes = 0;
+    entry.frame.Clear();
+  }
+  if (HeldLocked() >= options_.max_buffered_bytes) return;
+  for (RankState& state : ranks_) {
+    if (!state.read_paused) continue;
+    state.read_paused = false;
+    std::weak_ptr<RoundStream> weak = state.stream;
+    callbacks->Add([weak] {
+      if (std::shared_ptr<RoundStream> s = weak.lock()) s->ResumeReading();
+    });
+  }
+}
+
+void Round::EndContribution(int rank, const Sha256Digest& digest,
+                            PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (finished()) return;
+  RankState& state = ranks_[rank];
+  if (state.ended) return;
+  if (state.has_declared_digest && digest != state.declared_digest) {
+    // The round fails on every rank; the uploader learns it from its stream.
+    EquivocationLocked(rank, "different bytes", callbacks).IgnoreError();
+    return;
+  }
+  if (!JournalLocked(
+          RoundRecord::kEnd, rank,
+          absl::string_view(reinterpret_cast<const char*>(digest.data()),
+                            digest.size()),
+          /*sync=*/true, callbacks)) {
+    return;
+  }
+  state.ended = true;
+  state.digest = digest;
+  ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
+  contributed.bytes = state.received_bytes;
+  contributed.sha256_hex = DigestToHex(digest);
+  DeferEvent(options_.events, std::move(contributed), callbacks);
+  if (++ended_count_ < contributors_) return;
+  CompleteLocked(callbacks);
+}
+
+void Round::CompleteLocked(PendingCallbacks* callbacks) {
+  complete_ = true;
+  if (op_ == v1::ALL_REDUCE) result_digest_ = result_hasher_.Finish();
+  commit_frame_ = CommitFrameLocked();
+  ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
+  if (op_ == v1::ALL_REDUCE) committed.sha256_hex = DigestToHex(result_digest_);
+  std::vector<std::string> shut_out;
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].shut_out) {
+      shut_out.push_back(RankName(r));
+      continue;
+    }
+    committed.contributions.push_back(ContributionDigest{
+        r, options_.identities[r], DigestToHex(ranks_[r].digest),
+        ranks_[r].received_bytes});
+    committed.bytes += ranks_[r].received_bytes;
+  }
+  if (!shut_out.empty()) {
+    committed.details.emplace_back(
+        "quorum", absl::StrCat(contributors_, " of ", world_, " (min_quorum ",
+                               options_.min_quorum, ")"));
+    committed.details.emplace_back("shut_out", absl::StrJoin(shut_out, ", "));
+  }
+  DeferEvent(options_.events, std::move(committed), callbacks);
+  if (options_.on_finished) {
+    auto on_finished = options_.on_finished;
+    const uint64_t seq = options_.seq;
+    callbacks->Add([on_finished, seq] { on_finished(seq, absl::OkStatus()); });
+  }
+  WakeAll(callbacks);
+}
+
+grpc::ByteBuffer Round::CommitFrameLocked() const {
+  v1::CollectiveFrame frame;
+  v1::Commit* commit = frame.mutable_commit();
+  commit->set_group(options_.group);
+  commit->set_epoch(options_.epoch);
+  commit->set_seq(options_.seq);
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].shut_out) continue;
+    v1::RankDigest* digest = commit->add_contributions();
+    digest->set_rank(r);
+    digest->set_identity(options_.identities[r]);
+    digest->set_sha256(ranks_[r].digest.data(), ranks_[r].digest.size());
+    digest->set_bytes(ranks_[r].received_bytes);
+  }
+  if (op_ == v1::ALL_REDUCE) {
+    commit->set_result_sha256(result_digest_.data(), result_digest_.size());
+  }
+  return EncodeFrame(frame);
+}
+
+Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  Outgoing out;
+  if (!status_.ok()) {
+    out.kind = Outgoing::Kind::kFinish;
+    out.status = status_;
+    return out;
+  }
+  RankState& state = ranks_[rank];
+  if (state.write_in_flight) return out;  // WriteDone has not run yet
+  if (state.lost) {
+    // The receiver is gone from a completed round: drop its claims on the
+    // log so the frames can be released.
+    DropClaimsLocked(rank, callbacks);
+    out.kind = Outgoing::Kind::kFinish;
+    out.status = absl::CancelledError("the stream closed");
+    return out;
+  }
+  while (state.cursor < log_.size() && log_[state.cursor].source_rank == rank) {
+    ++state.cursor;
+  }
+  if (state.cursor < log_.size()) {
+    absl::StatusOr<grpc::ByteBuffer> frame = FrameLocked(log_[state.cursor]);
+    if (!frame.ok()) {
+      FailLocked(absl::DataLossError(
+                     absl::StrCat(Describe(), ": ", frame.status().message())),
+                 callbacks);
+      out.kind = Outgoing::Kind::kFinish;
+      out.status = status_;
+      return out;
+    }
+    state.write_in_flight = true;
+    out.kind = Outgoing::Kind::kFrame;
+    out.frame = *std::move(frame);
+    return out;
+  }
+  if (complete_ && !state.commit_sent) {
+    state.commit_sent = true;
+    out.kind = Outgoing::Kind::kCommitAndFinish;
+    out.frame = commit_frame_;
+  }
+  return out;
+}
+
+void Round::TakeBackCommitLocked(RankState& state) {
+  if (!state.commit_sent) return;
+  state.commit_sent = false;
+  all_commits_sent_at_.reset();
+}
+
+bool Round::SettledLocked(absl::Time now) {
+  for (const RankState& state : ranks_) {
+    if (!state.shut_out && !state.commit_sent && !state.lost) return false;
+  }
+  if (!all_commits_sent_at_.has_value()) all_commits_sent_at_ = now;
+  return now - *all_commits_sent_at_ >= options_.resume_grace;
+}
+
+void Round::ReleaseTailAfterGraceLocked(absl::Time now) {
+  if (tail_.empty() || !SettledLocked(now)) return;
+  for (size_t index : tail_) {
+    LogEntry& entry = log_[index];
+    if (!entry.in_tail) continue;
+    entry.in_tail = false;
+    entry.bytes = 0;
+    entry.frame.Clear();
+  }
+  tail_.clear();
+  tail_bytes_ = 0;
+}
+
+void Round::DropClaimsLocked(int rank, PendingCallbacks* callbacks) {
+  RankState& state = ranks_[rank];
+  for (; state.cursor < log_.size(); ++state.cursor) {
+    LogEntry& entry = log_[state.cursor];
+    if (entry.source_rank != rank && --entry.pending_writes == 0) {
+      Release(entry, callbacks);
+    }
+  }
+}
+
+void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  RankState& state = ranks_[rank];
+  if (!state.write_in_flight) return;
+  state.write_in_flight = false;
+  if (!status_.ok()) return;  // the log was already released
+  // A resumable stream that failed a write is about to be detached
+  // (StreamLost); the frame stays claimed for the stream that resumes.
+  if (!ok && options_.resume_grace > absl::ZeroDuration()) return;
+  LogEntry& entry = log_[state.cursor++];
+  if (ok) {
+    const int64_t bytes = FrameBytes(entry);
+    state.sent_bytes += bytes;
+    if (options_.metrics != nullptr) {
+      options_.metrics->BytesOut(options_.group, bytes);
+    }
+  }
+  if (--entry.pending_writes == 0) Release(entry, callbacks);
+  if (!ok && !state.lost) {
+    state.lost = true;
+    if (!complete_) {
+      FailLocked(absl::UnavailableError(absl::StrCat(
+                     Describe(), ": ", RankName(rank),
+                     " stopped receiving before the round completed")),
+                 callbacks);
+    } else {
+      // Its stream calls into the round no more: give up its claims here.
+      DropClaimsLocked(rank, callbacks);
+    }
+  }
+}
+
+void Round::StreamLost(int rank, absl::string_view why, absl::Time now,
+                       PendingCallbacks* callbacks, Sha256 hasher) {
+  absl::MutexLock lock(&mu_);
+  RankState& state = ranks_[rank];
+  if (state.lost || state.detached) return;
+  const bool resumable = options_.resume_grace > absl::ZeroDuration();
+  // Without resumes, a commit handed over is as good as delivered.
+  if (state.commit_sent && !resumable) return;
+  if (resumable && status_.ok()) {
+    // The commit, if handed over, may not have arrived: the rank may resume
+    // and gets it again.
+    TakeBackCommitLocked(state);
+    state.detached = true;
+    state.detached_at = now;
+    state.write_in_flight = false;
+    state.upload_hasher = std::move(hasher);
+    state.stream.reset();
+    return;
+  }
+  state.lost = true;
+  if (complete_) {
+    // The stream calls into the round no more, so its claims on the frames
+    // it did not write go now (else they stay counted and held until the
+    // round is freed).
+    state.write_in_flight = false;
+    DropClaimsLocked(rank, callbacks);
+    return;
+  }
+  FailLocked(
+      absl::UnavailableError(absl::StrCat(Describe(), ": ", RankName(rank), " ",
+                                          why, " before the round completed")),
+      callbacks);
+}
+
+void Round::Fail(const absl::Status& status, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  FailLocked(status, callbacks);
+}
+
+absl::Status Round::Failure() const {
+  absl::MutexLock lock(&mu_);
+  return status_;
+}
+
+void Round::FailLocked(const absl::Status& status,
+                       PendingCallbacks* callbacks) {
+  if (finished()) return;
+  // What every rank is told, the outcome kept and the event: bounded.
+  status_ = BoundStatus(status);
+  for (LogEntry& entry : log_) entry.frame.Clear();
+  buffered_bytes_ = 0;
+  tail_.clear();
+  tail_bytes_ = 0;
+  ServerEvent failed = MakeEvent(EventKind::kRoundFailed, -1);
+  failed.status = status_;
+  DeferEvent(options_.events, std::move(failed), callbacks);
+  if (options_.on_finished) {
+    auto on_finished = options_.on_finished;
+    const uint64_t seq = options_.seq;
+    callbacks->Add(
+        [on_finished, seq, status = status_] { on_finished(seq, status); });
+  }
+  WakeAll(callbacks);
+}
+
+std::string Round::ProgressLocked() const {
+  std::vector<std::string> missing;
+  std::vector<int> done;
+  for (int r = 0; r < world_; ++r) {
+    const RankState& state = ranks_[r];
+    if (state.ended) {
+      done.push_back(r);
+    } else if (!state.attached) {
+      missing.push_back(absl::StrCat(RankName(r), ": not started"));
+    } else {
+      missing.push_back(absl::StrCat(RankName(r), ": ", state.received_bytes,
+                                     " of ", state.expected_bytes, " bytes"));
+    }
+  }
+  return absl::StrCat("missing contributions: ", absl::StrJoin(missing, "; "),
+                      done.empty() ? ""
+                                   : absl::StrCat("; complete: ranks ",
+                                                  absl::StrJoin(done, ", ")));
+}
+
+void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  for (int r = 0; r < world_ && status_.ok(); ++r) {
+    RankState& state = ranks_[r];
+    if (!state.detached || now - state.detached_at < options_.resume_grace) {
+      continue;
+    }
+    state.detached = false;
+    state.lost = true;
+    if (complete_) {
+      DropClaimsLocked(r, callbacks);  // it will not come back for them
+      continue;
+    }
+    FailLocked(absl::UnavailableError(absl::StrCat(
+                   Describe(), ": ", RankName(r),
+                   " lost its collective stream and did not resume it within ",
+                   absl::FormatDuration(options_.resume_grace))),
+               callbacks);
+  }
+  if (complete_ && status_.ok()) ReleaseTailAfterGraceLocked(now);
+  if (finished()) return;
+  if (now < options_.deadline) {
+    if (now >= options_.quorum_deadline && contributors_ == world_) {
+      CloseQuorumLocked(callbacks);
+    }
+    return;
+  }
+  FailLocked(
+      absl::DeadlineExceededError(absl::StrCat(
+          Describe(), " exceeded its deadline of ",
+          absl::FormatDuration(options_.timeout), "; ", ProgressLocked())),
+      callbacks);
+}
+
+void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
+  std::vector<int> started;
+  for (int r = 0; r < world_; ++r) {
+    if (ranks_[r].attached) started.push_back(r);
+  }
+  const int count = static_cast<int>(started.size());
+  if (count == world_) return;  // everyone is in: nothing to close
+  const std::string why = absl::StrCat(
+      Describe(), " reached its quorum deadline of ",
+      absl::FormatDuration(options_.quorum_wait), " with ", count, " of ",
+      world_, " ranks started (min_quorum ", options_.min_quorum, ")");
+  if (count < options_.min_quorum) {
+    FailLocked(absl::DeadlineExceededError(
+                   absl::StrCat(why, ", below quorum; ", ProgressLocked())),
+               callbacks);
+    return;
+  }
+  if (op_ == v1::BROADCAST && !ranks_[root_].attached) {
+    FailLocked(absl::DeadlineExceededError(
+                   absl::StrCat(why, ", but not the broadcast's root ",
+                                RankName(root_), "; ", ProgressLocked())),
+               callbacks);
+    return;
+  }
+  if (!JournalLocked(RoundRecord::kQuorumClosed, 0, "", /*sync=*/false,
+                     callbacks)) {
+    return;
+  }
+  // The ranks that have not started are no longer receivers: drop their
+  // claims on the log, and let the reduction finish without them.
+  contributors_ = count;
+  const int shut_out = world_ - count;
+  for (int r = 0; r < world_; ++r) ranks_[r].shut_out = !ranks_[r].attached;
+  for (LogEntry& entry : log_) {
+    if (entry.pending_writes == 0) continue;
+    entry.pending_writes -= shut_out;
+    if (entry.pending_writes == 0) Release(entry, callbacks);
+  }
+  if (reducer_ != nullptr) {
+    std::vector<bool> contributors(world_);
+    for (int r = 0; r < world_; ++r) contributors[r] = !ranks_[r].shut_out;
+    for (Reducer::FinishedChunk& chunk :
+         reducer_->CloseContributors(contributors)) {
+      AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
+                         callbacks);
+    }
+  }
+  if (ended_count_ >= contributors_) CompleteLocked(callbacks);
+}
+
+}  // namespace fedgather::server
+
+namespace fedgather::server {
+
+void Round::CloseQuorum(PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!finished() && contributors_ == world_) CloseQuorumLocked(callbacks);
+}
+
+void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
+                     std::unique_ptr<JournalFile> journal) {
+  absl::MutexLock lock(&mu_);
+  journal_ = std::move(journal);
+  for (int r = 0; r < world_; ++r) {
+    RankState& state = ranks_[r];
+    if (!state.attached) continue;
+    state.detached = true;
+    state.detached_at = now;
+    state.read_paused = false;
+    state.upload_hasher = std::move(upload_hashers[r]);
+    state.restored_frames = 0;
+    for (const LogEntry& entry : log_) {
+      if (entry.source_rank != r) ++state.restored_frames;
+    }
+  }
+}
+
+void Round::StartResumeGrace(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  for (RankState& state : ranks_) {
+    if (state.detached) state.detached_at = std::max(state.detached_at, now);
+  }
+}
+
+bool Round::Finished() const {
+  absl::MutexLock lock(&mu_);
+  return finished();
+}
+
+bool Round::Complete() const {
+  absl::MutexLock lock(&mu_);
+  return complete_;
+}
+
+bool Round::Settled(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  return complete_ && status_.ok() && SettledLocked(now);
+}
+
+}  // namespace fedgather::server

@@ -1,5 +1,5 @@
 // fedgather-server: relays all_gather rounds between the members of its
-// groups over mutual TLS. See README.md and docs/protocol.md.
+// groups over mutual TLS. See docs/server.md and docs/protocol.md.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>

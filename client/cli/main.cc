@@ -1,6 +1,6 @@
 // fedgather: the participant CLI (provision, join, status, round abort,
 // policy reload, health, audit verify, revoke).
-// See README.md.
+// See docs/cli.md.
 #include <CLI/CLI.hpp>
 #include <iostream>
 #include <map>
@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
   std::string participants;
   CLI::App* provision_cmd = app.add_subcommand(
       "provision",
-      "create a CA, server and participant certificates, and groups.yaml");
+      "create a CA, server and participant certificates, and policy.yaml");
   provision_cmd->add_option("--out", provision.out_dir, "output directory")
       ->required();
   provision_cmd

@@ -2,8 +2,11 @@
 // their session streams; when world_size of them have joined the group forms
 // a new membership epoch with ranks assigned (requested ranks first, the rest
 // by sorted identity). A member whose session closes or misses heartbeats
-// ends the epoch: every round in flight fails with UNAVAILABLE naming it, the
-// other sessions are closed with the same status, and members join again.
+// is detached for the resume grace, if the group has one (a member that
+// leaves is not), and may resume its session within it; a member lost for
+// good (no grace, or the grace passed) ends the epoch: every round in flight
+// fails with UNAVAILABLE naming it, the other sessions are closed with the
+// same status, and members join again.
 //
 // The policy can change the group's configuration while it runs
 // (Reconfigure): a formed epoch keeps its members and rounds, and the new

@@ -309,6 +309,10 @@ struct MalformedCase {
   std::vector<std::string> message_parts;
 };
 
+// Printed by its label: gtest (and so ctest's test names) would otherwise
+// print the whole struct as bytes.
+void PrintTo(const MalformedCase& c, std::ostream* os) { *os << c.label; }
+
 std::vector<MalformedCase> MalformedCases() {
   const std::string ok_w = Entry("w", "U8", "[4]", "[0,4]");
   const std::string four = "abcd";

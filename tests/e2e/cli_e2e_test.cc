@@ -372,9 +372,11 @@ TEST(CliTest, ProgressOffATerminalIsPeriodicLinesAndQuietIsSilent) {
   std::vector<std::vector<uint8_t>> in0;
   const std::string input0 = WriteInput(cluster, 0, specs, &in0);
   // `fedgather join` is rank 0; rank 1, in this process, joins at once but
-  // contributes 3 s later, so rank 0 waits in its round. Returns rank 0's
-  // stderr.
-  auto run = [&](const std::vector<std::string>& extra) {
+  // contributes only once rank 0 has reported its progress (every 2 s), so
+  // rank 0 waits in its round; with --quiet, once a report period and more
+  // have passed without one (time passing is what is tested). Returns rank
+  // 0's stderr.
+  auto run = [&](const std::vector<std::string>& extra, bool reports) {
     const std::string err = cluster.dir() + "/join-0.err";
     const pid_t zero =
         StartJoin(cluster, 0, 2, input0, cluster.dir() + "/out-0.safetensors",
@@ -382,7 +384,16 @@ TEST(CliTest, ProgressOffATerminalIsPeriodicLinesAndQuietIsSilent) {
     std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(1));
     auto group = client->Join({"demo", 2, 1, absl::Seconds(30)});
     EXPECT_TRUE(group.ok()) << group.status();
-    absl::SleepFor(absl::Seconds(3));
+    if (reports) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(30);
+      while (ReadFileToString(err).value_or("").find("not started\n") ==
+                 std::string::npos &&
+             absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+    } else {
+      absl::SleepFor(absl::Seconds(3));
+    }
     std::vector<uint8_t> in(kBytes, 1), out(2 * kBytes);
     const ConstHostTensor input{specs[0], in.data()};
     const MutableHostTensor output{{"w", DType::kU8, {2, kBytes}}, out.data()};
@@ -393,13 +404,13 @@ TEST(CliTest, ProgressOffATerminalIsPeriodicLinesAndQuietIsSilent) {
     return ReadFileToString(err).value_or("?");
   };
   // Every 2 s off a terminal: the bytes so far and who has not started.
-  const std::string report = run({});
+  const std::string report = run({}, true);
   EXPECT_THAT(report, ::testing::ContainsRegex(
                           "progress: up [0-9.]+/1.0 MiB, down 0.0/1.0 MiB"));
   EXPECT_THAT(report, HasSubstr(", 1 rank(s) not started\n"));
   EXPECT_EQ(report.find('\r'), std::string::npos);  // no bar off a terminal
   // --quiet prints nothing at all on success.
-  EXPECT_EQ(run({"--quiet"}), "");
+  EXPECT_EQ(run({"--quiet"}, false), "");
 }
 
 TEST(CliTest, FourParticipantsGatherTheirFiles) {

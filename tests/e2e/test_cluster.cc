@@ -13,24 +13,6 @@
 
 namespace fedgather::testing {
 
-void RecordingEvents::OnEvent(const server::ServerEvent& event) {
-  absl::MutexLock lock(&mu_);
-  events_.push_back(event);
-}
-
-bool RecordingEvents::WaitFor(
-    const std::function<bool(const server::ServerEvent&)>& match,
-    absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto seen = [&] {
-    for (const server::ServerEvent& e : events_) {
-      if (match(e)) return true;
-    }
-    return false;
-  };
-  return mu_.AwaitWithTimeout(absl::Condition(&seen), timeout);
-}
-
 TestCluster::TestCluster(const ClusterOptions& options) : options_(options) {
   std::string tmpl = ::testing::TempDir() + "fedgather-XXXXXX";
   char* made = ::mkdtemp(tmpl.data());

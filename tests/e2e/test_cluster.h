@@ -17,22 +17,9 @@
 #include "common/tls_credentials.h"
 #include "server/events/event_sink.h"
 #include "server/fedgather_server.h"
+#include "tests/server/events/recording_events.h"
 
 namespace fedgather::testing {
-
-// Records every server event; WaitFor blocks until a matching one arrives.
-class RecordingEvents : public server::EventSink {
- public:
-  void OnEvent(const server::ServerEvent& event) override;
-  // WaitFor returns true once an event satisfying `match` has been seen,
-  // false after `timeout`.
-  bool WaitFor(const std::function<bool(const server::ServerEvent&)>& match,
-               absl::Duration timeout);
-
- private:
-  absl::Mutex mu_;
-  std::vector<server::ServerEvent> events_ ABSL_GUARDED_BY(mu_);
-};
 
 struct ClusterOptions {
   ClusterOptions(int n = 2) : participants(n) {}  // NOLINT: implicit on purpose

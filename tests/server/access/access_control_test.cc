@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "server/events/event_sink.h"
 #include "server/membership/group_registry.h"
+#include "tests/server/events/recording_events.h"
 
 namespace fedgather::server {
 namespace {
@@ -42,12 +43,6 @@ groups:
       spiffe://fedgather/site-1: participant
       spiffe://fedgather/site-2: observer
 )";
-
-class Sink : public EventSink {
- public:
-  void OnEvent(const ServerEvent& event) override { events.push_back(event); }
-  std::vector<ServerEvent> events;
-};
 
 class Session : public RevocableSession {
  public:
@@ -111,7 +106,7 @@ class AccessControlTest : public ::testing::Test {
   // Whole seconds: certificates and CRLs keep times to the second.
   absl::Time now_ = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()));
   GroupRegistry registry_{GroupLimits{}};
-  Sink sink_;
+  testing::RecordingEvents sink_;
   std::unique_ptr<AccessControl> access_;
 };
 
@@ -128,13 +123,14 @@ TEST_F(AccessControlTest, AuthorizesByRoleAndReportsEachRefusal) {
       access_->Authorize(site1, "nowhere", Action::kJoin);
   EXPECT_EQ(unknown.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(unknown.message()), HasSubstr("nowhere"));
-  ASSERT_EQ(sink_.events.size(), 2u);
-  for (const ServerEvent& event : sink_.events) {
+  const std::vector<ServerEvent> events = sink_.events();
+  ASSERT_EQ(events.size(), 2u);
+  for (const ServerEvent& event : events) {
     EXPECT_EQ(event.kind, EventKind::kAccessDenied);
     EXPECT_EQ(event.status.code(), absl::StatusCode::kPermissionDenied);
   }
-  EXPECT_EQ(sink_.events[0].identity, kSite2);
-  EXPECT_EQ(sink_.events[1].identity, kSite1);
+  EXPECT_EQ(events[0].identity, kSite2);
+  EXPECT_EQ(events[1].identity, kSite1);
 }
 
 TEST_F(AccessControlTest, AFailedReloadKeepsTheOldPolicyAndSaysSo) {
@@ -156,10 +152,8 @@ TEST_F(AccessControlTest, AFailedReloadKeepsTheOldPolicyAndSaysSo) {
   EXPECT_TRUE(access_->Reload(ops).ok());
   EXPECT_TRUE(access_->Authorize(site2, "demo", Action::kContribute).ok());
 
-  std::vector<ServerEvent> reloads;
-  for (const ServerEvent& e : sink_.events) {
-    if (e.kind == EventKind::kPolicyReloaded) reloads.push_back(e);
-  }
+  const std::vector<ServerEvent> reloads =
+      sink_.OfKind(EventKind::kPolicyReloaded);
   ASSERT_EQ(reloads.size(), 2u);
   EXPECT_EQ(reloads[0].identity, ops.identity);
   EXPECT_EQ(reloads[0].status.code(), absl::StatusCode::kInvalidArgument);
@@ -180,8 +174,8 @@ TEST_F(AccessControlTest, RoundsInFlightAreLeasedUpToTheIdentitysLimit) {
   EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(third.status().message()),
               HasSubstr("max_rounds_in_flight"));
-  ASSERT_FALSE(sink_.events.empty());
-  EXPECT_EQ(sink_.events.back().kind, EventKind::kLimitExceeded);
+  ASSERT_FALSE(sink_.events().empty());
+  EXPECT_EQ(sink_.events().back().kind, EventKind::kLimitExceeded);
   // Giving one back makes room for one more.
   *first = IdentityUsage::Lease();
   EXPECT_TRUE(access_->AcquireRound(site1, "demo").ok());
@@ -201,9 +195,9 @@ TEST_F(AccessControlTest, ContributionsPastTheLimitsAreRefusedNamingThem) {
       access_->CheckContribution(site1, 3, 10, round, {});
   EXPECT_EQ(tensors.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(tensors.message()), HasSubstr(round));
-  ASSERT_EQ(sink_.events.size(), 2u);
-  EXPECT_EQ(sink_.events[0].kind, EventKind::kLimitExceeded);
-  EXPECT_EQ(sink_.events[1].kind, EventKind::kLimitExceeded);
+  ASSERT_EQ(sink_.events().size(), 2u);
+  EXPECT_EQ(sink_.events()[0].kind, EventKind::kLimitExceeded);
+  EXPECT_EQ(sink_.events()[1].kind, EventKind::kLimitExceeded);
 }
 
 TEST_F(AccessControlTest, AReloadedCrlRevokesTheSessionsItLists) {
@@ -225,9 +219,9 @@ TEST_F(AccessControlTest, AReloadedCrlRevokesTheSessionsItLists) {
   EXPECT_THAT(std::string(revoked_session->revoked.message()),
               HasSubstr("revoked"));
   EXPECT_TRUE(kept_session->revoked.ok()) << kept_session->revoked;
-  ASSERT_FALSE(sink_.events.empty());
-  EXPECT_EQ(sink_.events.back().kind, EventKind::kAccessDenied);
-  EXPECT_EQ(sink_.events.back().identity, kSite1);
+  ASSERT_FALSE(sink_.events().empty());
+  EXPECT_EQ(sink_.events().back().kind, EventKind::kAccessDenied);
+  EXPECT_EQ(sink_.events().back().identity, kSite1);
 }
 
 TEST_F(AccessControlTest, ASessionIsCutOffOnceTheClockPassesItsExpiry) {

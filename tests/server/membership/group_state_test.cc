@@ -17,6 +17,7 @@
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/relay/round.h"
+#include "tests/server/events/recording_events.h"
 
 namespace fedgather::server {
 namespace {
@@ -33,19 +34,6 @@ class FakeSession : public SessionStream {
   void Close(const absl::Status& status) override { closes.push_back(status); }
   std::vector<v1::Joined> joined;
   std::vector<absl::Status> closes;
-};
-
-class RecordingEvents : public EventSink {
- public:
-  void OnEvent(const ServerEvent& event) override { events.push_back(event); }
-  std::vector<ServerEvent> OfKind(EventKind kind) const {
-    std::vector<ServerEvent> out;
-    for (const ServerEvent& e : events) {
-      if (e.kind == kind) out.push_back(e);
-    }
-    return out;
-  }
-  std::vector<ServerEvent> events;
 };
 
 const absl::Time kT0 = absl::FromUnixSeconds(1000);
@@ -174,7 +162,7 @@ class GroupStateTest : public ::testing::Test {
     return out.status;
   }
 
-  RecordingEvents events_;
+  testing::RecordingEvents events_;
   std::unique_ptr<GroupState> group_;
   std::map<std::string, std::shared_ptr<FakeSession>> sessions_;
 };

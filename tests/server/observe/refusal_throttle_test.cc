@@ -16,18 +16,13 @@
 #include "absl/strings/str_cat.h"
 #include "server/observe/audit_event_sink.h"
 #include "server/observe/audit_log.h"
+#include "tests/server/events/recording_events.h"
 
 namespace fedgather::server {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Pair;
-
-class RecordingSink : public EventSink {
- public:
-  void OnEvent(const ServerEvent& event) override { events.push_back(event); }
-  std::vector<ServerEvent> events;
-};
 
 const absl::Time kT0 = absl::FromUnixSeconds(1796222727);
 
@@ -61,7 +56,7 @@ class RefusalThrottleTest : public ::testing::Test {
   }
 
   absl::Time now_ = kT0;
-  RecordingSink sink_;
+  testing::RecordingEvents sink_;
 };
 
 TEST(BoundFieldTest, CutsLongTextVisiblyAndNeverInsideACharacter) {
@@ -83,15 +78,15 @@ TEST_F(RefusalThrottleTest, RefusalFieldsAreBoundedAndHonestEventsAreNot) {
   aborted.status = absl::DeadlineExceededError(huge);
   throttle.OnEvent(aborted);
 
-  ASSERT_EQ(sink_.events.size(), 2u);
-  const ServerEvent& denied = sink_.events[0];
+  ASSERT_EQ(sink_.events().size(), 2u);
+  const ServerEvent denied = sink_.events()[0];
   EXPECT_EQ(denied.identity,
             std::string(256, 'x') + "\xE2\x80\xA6(+29744 bytes)");
   EXPECT_LE(denied.peer.size(), 256u + 20);
   EXPECT_LE(denied.status.message().size(), 256u + 20);
   EXPECT_EQ(denied.status.code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(sink_.events[1].identity, huge);
-  EXPECT_EQ(sink_.events[1].status.message(), huge);
+  EXPECT_EQ(sink_.events()[1].identity, huge);
+  EXPECT_EQ(sink_.events()[1].status.message(), huge);
 }
 
 TEST_F(RefusalThrottleTest, RepeatsOfOneCallerBecomeOneCountedRecord) {
@@ -102,14 +97,14 @@ TEST_F(RefusalThrottleTest, RepeatsOfOneCallerBecomeOneCountedRecord) {
                             absl::StrCat("ipv4:10.0.0.9:", 40000 + i)));
     now_ += absl::Milliseconds(9);
   }
-  ASSERT_EQ(sink_.events.size(), 1u);
-  EXPECT_EQ(Detail(sink_.events[0], "repeats"), "<none>");
+  ASSERT_EQ(sink_.events().size(), 1u);
+  EXPECT_EQ(Detail(sink_.events()[0], "repeats"), "<none>");
 
   throttle.CloseWindows(kT0 + absl::Seconds(9));  // the window is open
-  ASSERT_EQ(sink_.events.size(), 1u);
+  ASSERT_EQ(sink_.events().size(), 1u);
   throttle.CloseWindows(kT0 + absl::Seconds(10));
-  ASSERT_EQ(sink_.events.size(), 2u);
-  const ServerEvent& summary = sink_.events[1];
+  ASSERT_EQ(sink_.events().size(), 2u);
+  const ServerEvent summary = sink_.events()[1];
   EXPECT_EQ(summary.kind, EventKind::kAccessDenied);
   EXPECT_EQ(summary.identity, "spiffe://fed/mallory");
   EXPECT_EQ(Detail(summary, "repeats"), "199");
@@ -119,7 +114,7 @@ TEST_F(RefusalThrottleTest, RepeatsOfOneCallerBecomeOneCountedRecord) {
   // Another caller, or another refusal, has its own key.
   throttle.OnEvent(Denied("spiffe://fed/mallory", "ipv4:10.0.0.10:1"));
   throttle.OnEvent(Denied("spiffe://fed/eve"));
-  EXPECT_EQ(sink_.events.size(), 4u);
+  EXPECT_EQ(sink_.events().size(), 4u);
 }
 
 // A server that stops within a window loses no count: Shutdown flushes.
@@ -128,12 +123,12 @@ TEST_F(RefusalThrottleTest, FlushPassesTheOpenWindowsAtOnce) {
   for (int i = 0; i < 5; ++i) throttle.OnEvent(Denied("spiffe://fed/mallory"));
   now_ += absl::Seconds(2);
   throttle.Flush();
-  ASSERT_EQ(sink_.events.size(), 2u);
-  EXPECT_EQ(Detail(sink_.events[1], "repeats"), "4");
-  EXPECT_EQ(Detail(sink_.events[1], "window_end"),
+  ASSERT_EQ(sink_.events().size(), 2u);
+  EXPECT_EQ(Detail(sink_.events()[1], "repeats"), "4");
+  EXPECT_EQ(Detail(sink_.events()[1], "window_end"),
             "2026-12-02T14:45:29.000000Z");
   throttle.Flush();  // nothing is left open
-  EXPECT_EQ(sink_.events.size(), 2u);
+  EXPECT_EQ(sink_.events().size(), 2u);
 }
 
 TEST_F(RefusalThrottleTest, TheBudgetCountsWhatItCannotPayAndReportsItOnce) {
@@ -150,24 +145,24 @@ TEST_F(RefusalThrottleTest, TheBudgetCountsWhatItCannotPayAndReportsItOnce) {
   for (int i = 0; i < 100; ++i) throttle.OnEvent(formed);
 
   int denied = 0, honest = 0;
-  for (const ServerEvent& event : sink_.events) {
+  for (const ServerEvent& event : sink_.events()) {
     (event.kind == EventKind::kGroupFormed ? honest : denied) += 1;
   }
   EXPECT_EQ(honest, 100);  // never throttled
   EXPECT_GE(denied, 2);    // the burst pays for a few (about 500 bytes each)
   EXPECT_LE(denied, 4);
 
-  sink_.events.clear();
+  sink_.Clear();
   throttle.CloseWindows(kT0 + absl::Seconds(10));
-  ASSERT_EQ(sink_.events.size(), 1u);
-  const ServerEvent& report = sink_.events[0];
+  ASSERT_EQ(sink_.events().size(), 1u);
+  const ServerEvent report = sink_.events()[0];
   EXPECT_EQ(report.action, "refusals_suppressed");
   EXPECT_EQ(Detail(report, "suppressed"), absl::StrCat(100 - denied));
   EXPECT_THAT(std::string(report.status.message()),
               HasSubstr("over the refusal record budget of 1000 bytes/s"));
   // Once reported, it is not reported again.
   throttle.CloseWindows(kT0 + absl::Seconds(30));
-  EXPECT_EQ(sink_.events.size(), 1u);
+  EXPECT_EQ(sink_.events().size(), 1u);
 }
 
 // The review's flood: 200 refused calls on one connection by a certificate

@@ -89,8 +89,8 @@ Round::Progress Round::GetProgress() const {
   Progress progress;
   progress.seq = options_.seq;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].attached) progress.started.push_back(r);
-    if (ranks_[r].ended) progress.complete.push_back(r);
+    if (ranks_[r].Started()) progress.started.push_back(r);
+    if (ranks_[r].digest.has_value()) progress.complete.push_back(r);
     progress.bytes_in.push_back(ranks_[r].received_bytes);
     progress.bytes_out.push_back(ranks_[r].sent_bytes);
   }
@@ -108,7 +108,7 @@ void Round::Wake(int rank, PendingCallbacks* callbacks) {
 
 void Round::WakeAll(PendingCallbacks* callbacks) {
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].attached) Wake(r, callbacks);
+    if (ranks_[r].Started()) Wake(r, callbacks);
   }
 }
 
@@ -171,12 +171,12 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
                                  PendingCallbacks* callbacks) {
   if (!status_.ok()) return status_;
   RankState& state = ranks_[rank];
-  if (state.shut_out) return ShutOutErrorLocked(rank);
+  if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
   if (complete_) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), " has already completed"));
   }
-  if (state.attached) {
+  if (state.Started()) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), ": ", RankName(rank),
                      " already has a stream in this round"));
@@ -222,7 +222,7 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
     first_fingerprint_ = fingerprint;
   }
   if (op_ == v1::ALL_REDUCE) weights_[rank] = header.weight();
-  state.attached = true;
+  state.phase = RankPhase::kStreaming;
   state.peer = peer;
   state.stream = std::move(stream);
   state.fingerprint = fingerprint;
@@ -263,8 +263,8 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
   RankState& state = ranks_[rank];
-  if (state.shut_out) return ShutOutErrorLocked(rank);
-  if (!state.attached) {  // the first header never arrived
+  if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
+  if (!state.Started()) {  // the first header never arrived
     if (header.frames_received() != 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           Describe(), ": ", RankName(rank), " resumes after ",
@@ -275,19 +275,19 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
                                     callbacks));
     return ResumePoint{};
   }
-  if (state.lost) {
+  if (state.phase == RankPhase::kLost) {
     return absl::UnavailableError(
         absl::StrCat(Describe(), ": ", RankName(rank),
                      " did not resume its collective stream within ",
                      absl::FormatDuration(options_.resume_grace)));
   }
-  if (!state.detached && state.commit_sent && state.stream.expired()) {
+  if (state.phase == RankPhase::kCommitSent && state.stream.expired()) {
     // Its stream finished with the commit, but the client resumes: the
     // commit did not arrive. Resume it like a broken stream.
     TakeBackCommitLocked(state);
-    state.detached = true;
+    state.phase = RankPhase::kDetached;
   }
-  if (!state.detached) {
+  if (state.phase != RankPhase::kDetached) {
     absl::Status retry = absl::UnavailableError(
         absl::StrCat(Describe(), ": ", RankName(rank),
                      "'s previous stream is still open; retry"));
@@ -308,11 +308,11 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
         " resumed without contribution_sha256; a resumed header must carry "
         "the contribution's 32-byte SHA-256"));
   }
-  if ((state.ended && declared != state.digest) ||
-      (state.has_declared_digest && declared != state.declared_digest)) {
+  if ((state.digest.has_value() && declared != *state.digest) ||
+      (state.declared_digest.has_value() &&
+       declared != *state.declared_digest)) {
     return EquivocationLocked(rank, "different bytes", callbacks);
   }
-  state.has_declared_digest = true;
   state.declared_digest = declared;
   if (state.restored_frames >= 0) {
     if (static_cast<int64_t>(header.frames_received()) >
@@ -372,7 +372,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
     ++entry.pending_writes;
     resent += FrameBytes(entry);
   }
-  state.detached = false;
+  state.phase = RankPhase::kStreaming;
   state.peer = peer;
   state.stream = std::move(stream);
   state.cursor = cursor;
@@ -380,7 +380,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
   state.read_paused = false;  // a new stream reads until it is paused
   ResumePoint point;
   point.upload_bytes = state.received_bytes;
-  point.upload_ended = state.ended;
+  point.upload_ended = state.digest.has_value();
   point.hasher = std::move(state.upload_hasher);
   ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
   resumed.details = {
@@ -405,7 +405,7 @@ void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
   log_.push_back(LogEntry{rank, std::move(frame), charge, receivers});
   buffered_bytes_ += charge;
   for (int r = 0; r < world_; ++r) {
-    if (r != rank && ranks_[r].attached) Wake(r, callbacks);
+    if (r != rank && ranks_[r].Started()) Wake(r, callbacks);
   }
 }
 
@@ -580,8 +580,8 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   absl::MutexLock lock(&mu_);
   if (finished()) return;
   RankState& state = ranks_[rank];
-  if (state.ended) return;
-  if (state.has_declared_digest && digest != state.declared_digest) {
+  if (state.digest.has_value()) return;
+  if (state.declared_digest.has_value() && digest != *state.declared_digest) {
     // The round fails on every rank; the uploader learns it from its stream.
     EquivocationLocked(rank, "different bytes", callbacks).IgnoreError();
     return;
@@ -593,7 +593,6 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
           /*sync=*/true, callbacks)) {
     return;
   }
-  state.ended = true;
   state.digest = digest;
   ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
   contributed.bytes = state.received_bytes;
@@ -611,12 +610,12 @@ void Round::CompleteLocked(PendingCallbacks* callbacks) {
   if (op_ == v1::ALL_REDUCE) committed.sha256_hex = DigestToHex(result_digest_);
   std::vector<std::string> shut_out;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].shut_out) {
+    if (ranks_[r].phase == RankPhase::kShutOut) {
       shut_out.push_back(RankName(r));
       continue;
     }
     committed.contributions.push_back(ContributionDigest{
-        r, options_.identities[r], DigestToHex(ranks_[r].digest),
+        r, options_.identities[r], DigestToHex(*ranks_[r].digest),
         ranks_[r].received_bytes});
     committed.bytes += ranks_[r].received_bytes;
   }
@@ -642,11 +641,11 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
   commit->set_epoch(options_.epoch);
   commit->set_seq(options_.seq);
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].shut_out) continue;
+    if (ranks_[r].phase == RankPhase::kShutOut) continue;
     v1::RankDigest* digest = commit->add_contributions();
     digest->set_rank(r);
     digest->set_identity(options_.identities[r]);
-    digest->set_sha256(ranks_[r].digest.data(), ranks_[r].digest.size());
+    digest->set_sha256(ranks_[r].digest->data(), ranks_[r].digest->size());
     digest->set_bytes(ranks_[r].received_bytes);
   }
   if (op_ == v1::ALL_REDUCE) {
@@ -665,7 +664,7 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
   }
   RankState& state = ranks_[rank];
   if (state.write_in_flight) return out;  // WriteDone has not run yet
-  if (state.lost) {
+  if (state.phase == RankPhase::kLost) {
     // The receiver is gone from a completed round: drop its claims on the
     // log so the frames can be released.
     DropClaimsLocked(rank, callbacks);
@@ -691,8 +690,8 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
     out.frame = *std::move(frame);
     return out;
   }
-  if (complete_ && !state.commit_sent) {
-    state.commit_sent = true;
+  if (complete_ && state.phase == RankPhase::kStreaming) {
+    state.phase = RankPhase::kCommitSent;
     out.kind = Outgoing::Kind::kCommitAndFinish;
     out.frame = commit_frame_;
   }
@@ -700,14 +699,18 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
 }
 
 void Round::TakeBackCommitLocked(RankState& state) {
-  if (!state.commit_sent) return;
-  state.commit_sent = false;
+  if (state.phase != RankPhase::kCommitSent) return;
+  state.phase = RankPhase::kStreaming;
   all_commits_sent_at_.reset();
 }
 
 bool Round::SettledLocked(absl::Time now) {
   for (const RankState& state : ranks_) {
-    if (!state.shut_out && !state.commit_sent && !state.lost) return false;
+    if (state.phase != RankPhase::kShutOut &&
+        state.phase != RankPhase::kCommitSent &&
+        state.phase != RankPhase::kLost) {
+      return false;
+    }
   }
   if (!all_commits_sent_at_.has_value()) all_commits_sent_at_ = now;
   return now - *all_commits_sent_at_ >= options_.resume_grace;
@@ -754,8 +757,8 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
     }
   }
   if (--entry.pending_writes == 0) Release(entry, callbacks);
-  if (!ok && !state.lost) {
-    state.lost = true;
+  if (!ok && state.phase != RankPhase::kLost) {
+    state.phase = RankPhase::kLost;
     if (!complete_) {
       FailLocked(absl::UnavailableError(absl::StrCat(
                      Describe(), ": ", RankName(rank),
@@ -772,22 +775,24 @@ void Round::StreamLost(int rank, absl::string_view why, absl::Time now,
                        PendingCallbacks* callbacks, Sha256 hasher) {
   absl::MutexLock lock(&mu_);
   RankState& state = ranks_[rank];
-  if (state.lost || state.detached) return;
+  if (state.phase == RankPhase::kLost || state.phase == RankPhase::kDetached) {
+    return;
+  }
   const bool resumable = options_.resume_grace > absl::ZeroDuration();
   // Without resumes, a commit handed over is as good as delivered.
-  if (state.commit_sent && !resumable) return;
+  if (state.phase == RankPhase::kCommitSent && !resumable) return;
   if (resumable && status_.ok()) {
     // The commit, if handed over, may not have arrived: the rank may resume
     // and gets it again.
     TakeBackCommitLocked(state);
-    state.detached = true;
+    state.phase = RankPhase::kDetached;
     state.detached_at = now;
     state.write_in_flight = false;
     state.upload_hasher = std::move(hasher);
     state.stream.reset();
     return;
   }
-  state.lost = true;
+  state.phase = RankPhase::kLost;
   if (complete_) {
     // The stream calls into the round no more, so its claims on the frames
     // it did not write go now (else they stay counted and held until the
@@ -838,9 +843,9 @@ std::string Round::ProgressLocked() const {
   std::vector<int> done;
   for (int r = 0; r < world_; ++r) {
     const RankState& state = ranks_[r];
-    if (state.ended) {
+    if (state.digest.has_value()) {
       done.push_back(r);
-    } else if (!state.attached) {
+    } else if (!state.Started()) {
       missing.push_back(absl::StrCat(RankName(r), ": not started"));
     } else {
       missing.push_back(absl::StrCat(RankName(r), ": ", state.received_bytes,
@@ -857,11 +862,11 @@ void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   for (int r = 0; r < world_ && status_.ok(); ++r) {
     RankState& state = ranks_[r];
-    if (!state.detached || now - state.detached_at < options_.resume_grace) {
+    if (state.phase != RankPhase::kDetached ||
+        now - state.detached_at < options_.resume_grace) {
       continue;
     }
-    state.detached = false;
-    state.lost = true;
+    state.phase = RankPhase::kLost;
     if (complete_) {
       DropClaimsLocked(r, callbacks);  // it will not come back for them
       continue;
@@ -890,7 +895,7 @@ void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
 void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   std::vector<int> started;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].attached) started.push_back(r);
+    if (ranks_[r].Started()) started.push_back(r);
   }
   const int count = static_cast<int>(started.size());
   if (count == world_) return;  // everyone is in: nothing to close
@@ -904,7 +909,7 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
                callbacks);
     return;
   }
-  if (op_ == v1::BROADCAST && !ranks_[root_].attached) {
+  if (op_ == v1::BROADCAST && !ranks_[root_].Started()) {
     FailLocked(absl::DeadlineExceededError(
                    absl::StrCat(why, ", but not the broadcast's root ",
                                 RankName(root_), "; ", ProgressLocked())),
@@ -919,7 +924,9 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   // claims on the log, and let the reduction finish without them.
   contributors_ = count;
   const int shut_out = world_ - count;
-  for (int r = 0; r < world_; ++r) ranks_[r].shut_out = !ranks_[r].attached;
+  for (RankState& state : ranks_) {
+    if (state.phase == RankPhase::kWaiting) state.phase = RankPhase::kShutOut;
+  }
   for (LogEntry& entry : log_) {
     if (entry.pending_writes == 0) continue;
     entry.pending_writes -= shut_out;
@@ -927,7 +934,8 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   }
   if (reducer_ != nullptr) {
     std::vector<bool> contributors(world_);
-    for (int r = 0; r < world_; ++r) contributors[r] = !ranks_[r].shut_out;
+    for (int r = 0; r < world_; ++r)
+      contributors[r] = ranks_[r].phase != RankPhase::kShutOut;
     for (Reducer::FinishedChunk& chunk :
          reducer_->CloseContributors(contributors)) {
       AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
@@ -952,8 +960,8 @@ void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
   journal_ = std::move(journal);
   for (int r = 0; r < world_; ++r) {
     RankState& state = ranks_[r];
-    if (!state.attached) continue;
-    state.detached = true;
+    if (!state.Started()) continue;
+    state.phase = RankPhase::kDetached;
     state.detached_at = now;
     state.read_paused = false;
     state.upload_hasher = std::move(upload_hashers[r]);
@@ -967,7 +975,8 @@ void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
 void Round::StartResumeGrace(absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (RankState& state : ranks_) {
-    if (state.detached) state.detached_at = std::max(state.detached_at, now);
+    if (state.phase == RankPhase::kDetached)
+      state.detached_at = std::max(state.detached_at, now);
   }
 }
 

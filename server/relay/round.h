@@ -321,31 +321,51 @@ class Round {
     int64_t journal_offset = -1;  // replayed frames: where they lie
     int64_t journal_size = 0;     // and their length
   };
+  // RankPhase is where a rank's stream stands in the round:
+  //   kWaiting    no header yet
+  //   kShutOut    a quorum closed the round without it (final)
+  //   kStreaming  attached: its stream sends and receives
+  //   kCommitSent its stream was handed the commit
+  //   kDetached   its stream broke; it may resume within resume_grace
+  //   kLost       gone for good (no resume, or its grace passed)
+  // kWaiting -> kStreaming | kShutOut; kStreaming -> kCommitSent |
+  // kDetached | kLost; kCommitSent -> kDetached (a resume takes the commit
+  // back); kDetached -> kStreaming | kLost.
+  enum class RankPhase {
+    kWaiting,
+    kShutOut,
+    kStreaming,
+    kCommitSent,
+    kDetached,
+    kLost,
+  };
   struct RankState {
-    bool attached = false;
+    RankPhase phase = RankPhase::kWaiting;
+    // Started is true once its header was accepted (whatever came after).
+    bool Started() const {
+      return phase != RankPhase::kWaiting && phase != RankPhase::kShutOut;
+    }
     std::string peer;
     std::weak_ptr<RoundStream> stream;
     int64_t expected_bytes = 0;
     int64_t received_bytes = 0;
     int64_t chunks = 0;      // chunk frames received from it
     int64_t sent_bytes = 0;  // frame bytes its stream has written
-    bool ended = false;
-    Sha256Digest digest{};
+    // Its contribution's SHA-256, once its upload ended.
+    std::optional<Sha256Digest> digest;
     size_t cursor = 0;  // next log entry this rank's stream looks at
+    // The flow of its stream: a write handed out and not yet done; reading
+    // paused until the round has room (ResumeReading).
     bool write_in_flight = false;
     bool read_paused = false;
-    bool commit_sent = false;
-    bool lost = false;
-    bool shut_out = false;  // not a contributor of this quorum round
-    // Resumable streams: the rank's stream broke at detached_at; the hash
-    // of its upload so far waits for the stream that resumes it.
-    bool detached = false;
+    // kDetached: when its stream broke, and the hash of its upload so far,
+    // waiting for the stream that resumes it.
     absl::Time detached_at;
     Sha256 upload_hasher;
     Fingerprint fingerprint;      // as its header declared; a resume must match
     v1::CollectiveHeader header;  // its first header, for the same check
-    bool has_declared_digest = false;  // a resume declared the digest
-    Sha256Digest declared_digest{};
+    // The contribution's SHA-256 a resume declared.
+    std::optional<Sha256Digest> declared_digest;
     // After a restore, until the rank resumes: the frames the replayed log
     // holds for it (-1 otherwise).
     int64_t restored_frames = -1;

@@ -152,23 +152,16 @@ absl::Status Round::ShutOutErrorLocked(int rank) const {
       options_.seq + 1));
 }
 
-absl::Status Round::Attach(int rank, const std::string& peer,
-                           const v1::CollectiveHeader& header,
-                           const Fingerprint& fingerprint,
-                           grpc::ByteBuffer header_frame,
-                           std::weak_ptr<RoundStream> stream,
-                           PendingCallbacks* callbacks) {
+absl::Status Round::Attach(AttachRequest request, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  return AttachLocked(rank, peer, header, fingerprint, std::move(header_frame),
-                      std::move(stream), callbacks);
+  return AttachLocked(std::move(request), callbacks);
 }
 
-absl::Status Round::AttachLocked(int rank, const std::string& peer,
-                                 const v1::CollectiveHeader& header,
-                                 const Fingerprint& fingerprint,
-                                 grpc::ByteBuffer header_frame,
-                                 std::weak_ptr<RoundStream> stream,
+absl::Status Round::AttachLocked(AttachRequest request,
                                  PendingCallbacks* callbacks) {
+  const int rank = request.rank;
+  const v1::CollectiveHeader& header = request.header;
+  const Fingerprint& fingerprint = request.fingerprint;
   if (!status_.ok()) return status_;
   RankState& state = ranks_[rank];
   if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
@@ -211,7 +204,8 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
     FailLocked(valid, callbacks);
     return valid;
   }
-  if (!JournalLocked(RoundRecord::kAttach, rank, header_frame, callbacks)) {
+  if (!JournalLocked(RoundRecord::kAttach, rank, request.header_frame,
+                     callbacks)) {
     return status_;
   }
   if (first_rank_ < 0) {
@@ -222,13 +216,13 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
     first_fingerprint_ = fingerprint;
   }
   if (op_ == v1::ALL_REDUCE) weights_[rank] = header.weight();
-  state.phase = RankPhase::kStreaming;
-  state.peer = peer;
-  state.stream = std::move(stream);
-  state.fingerprint = fingerprint;
-  state.header = header;
   const bool sends = op_ != v1::BROADCAST || rank == static_cast<int>(root_);
+  state.phase = RankPhase::kStreaming;
+  state.peer = std::move(request.peer);
+  state.stream = std::move(request.stream);
   state.expected_bytes = sends ? ContributionBytes(fingerprint).value() : 0;
+  state.fingerprint = std::move(request.fingerprint);
+  state.header = std::move(request.header);
   ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
   started.bytes = state.expected_bytes;
   DeferEvent(options_.events, std::move(started), callbacks);
@@ -236,8 +230,9 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
   // ALL_GATHER_V receiver learns the part's shape before its bytes. A
   // broadcast's non-roots and an all_reduce's ranks need no one's header.
   if (sends && op_ != v1::ALL_REDUCE) {
-    const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
-    Append(rank, std::move(header_frame), header_bytes, callbacks);
+    const int64_t header_bytes =
+        static_cast<int64_t>(request.header_frame.Length());
+    Append(rank, std::move(request.header_frame), header_bytes, callbacks);
   }
   Wake(rank, callbacks);
   return absl::OkStatus();
@@ -256,25 +251,55 @@ absl::Status Round::EquivocationLocked(int rank, absl::string_view what,
   return equivocation;
 }
 
-absl::StatusOr<Round::ResumePoint> Round::Resume(
-    int rank, const std::string& peer, const v1::CollectiveHeader& header,
-    const Fingerprint& fingerprint, grpc::ByteBuffer header_frame,
-    std::weak_ptr<RoundStream> stream, PendingCallbacks* callbacks) {
+absl::StatusOr<Round::ResumePoint> Round::Resume(AttachRequest request,
+                                                 PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
+  const int rank = request.rank;
+  const uint64_t frames = request.header.frames_received();
   RankState& state = ranks_[rank];
   if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
   if (!state.Started()) {  // the first header never arrived
-    if (header.frames_received() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " resumes after ",
-          header.frames_received(), " frames but never had a stream"));
+    if (frames != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Describe(), ": ", RankName(rank), " resumes after ",
+                       frames, " frames but never had a stream"));
     }
-    FG_RETURN_IF_ERROR(AttachLocked(rank, peer, header, fingerprint,
-                                    std::move(header_frame), std::move(stream),
-                                    callbacks));
+    FG_RETURN_IF_ERROR(AttachLocked(std::move(request), callbacks));
     return ResumePoint{};
   }
+  FG_RETURN_IF_ERROR(CheckResumableLocked(rank));
+  absl::StatusOr<Sha256Digest> declared =
+      CheckSameContributionLocked(request, callbacks);
+  if (!declared.ok()) return declared.status();
+  state.declared_digest = *declared;
+  FG_RETURN_IF_ERROR(CheckRestoredFramesLocked(rank, frames, callbacks));
+  absl::StatusOr<size_t> cursor = ResumeCursorLocked(rank, frames);
+  if (!cursor.ok()) return cursor.status();
+  absl::StatusOr<int64_t> resent =
+      ReclaimLocked(rank, *cursor, frames, callbacks);
+  if (!resent.ok()) return resent.status();
+  state.phase = RankPhase::kStreaming;
+  state.peer = std::move(request.peer);
+  state.stream = std::move(request.stream);
+  state.cursor = *cursor;
+  state.write_in_flight = false;
+  state.read_paused = false;  // a new stream reads until it is paused
+  ResumePoint point;
+  point.upload_bytes = state.received_bytes;
+  point.upload_ended = state.digest.has_value();
+  point.hasher = std::move(state.upload_hasher);
+  ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
+  resumed.details = {{"frames_received", absl::StrCat(frames)},
+                     {"upload_bytes", absl::StrCat(point.upload_bytes)},
+                     {"download_bytes_resent", absl::StrCat(*resent)}};
+  DeferEvent(options_.events, std::move(resumed), callbacks);
+  Wake(rank, callbacks);
+  return point;
+}
+
+absl::Status Round::CheckResumableLocked(int rank) {
+  RankState& state = ranks_[rank];
   if (state.phase == RankPhase::kLost) {
     return absl::UnavailableError(
         absl::StrCat(Describe(), ": ", RankName(rank),
@@ -294,9 +319,17 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
     retry.SetPayload(kRetryPayload, absl::Cord("1"));
     return retry;
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Sha256Digest> Round::CheckSameContributionLocked(
+    const AttachRequest& request, PendingCallbacks* callbacks) {
+  const int rank = request.rank;
+  const RankState& state = ranks_[rank];
+  const v1::CollectiveHeader& header = request.header;
   // The same key must carry the same contribution.
   const v1::CollectiveHeader& first = state.header;
-  if (fingerprint != state.fingerprint || header.op() != first.op() ||
+  if (request.fingerprint != state.fingerprint || header.op() != first.op() ||
       header.root() != first.root() || header.reduce() != first.reduce() ||
       header.weight() != first.weight()) {
     return EquivocationLocked(rank, "a different header", callbacks);
@@ -313,33 +346,47 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
        declared != *state.declared_digest)) {
     return EquivocationLocked(rank, "different bytes", callbacks);
   }
-  state.declared_digest = declared;
-  if (state.restored_frames >= 0) {
-    if (static_cast<int64_t>(header.frames_received()) >
-        state.restored_frames) {
-      const absl::Status lost = absl::DataLossError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " resumes after ",
-          header.frames_received(), " frames, but the server's journal held ",
-          state.restored_frames,
-          " for it after the restart (frames that had not reached the disk "
-          "were lost); run the collective again"));
-      FailLocked(lost, callbacks);
-      return lost;
-    }
-    state.restored_frames = -1;
+  return declared;
+}
+
+absl::Status Round::CheckRestoredFramesLocked(int rank, uint64_t frames,
+                                              PendingCallbacks* callbacks) {
+  RankState& state = ranks_[rank];
+  if (state.restored_frames < 0) return absl::OkStatus();
+  if (static_cast<int64_t>(frames) > state.restored_frames) {
+    const absl::Status lost = absl::DataLossError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " resumes after ", frames,
+        " frames, but the server's journal held ", state.restored_frames,
+        " for it after the restart (frames that had not reached the disk "
+        "were lost); run the collective again"));
+    FailLocked(lost, callbacks);
+    return lost;
   }
-  // Find the first frame the client lacks: the frames sent to this rank are
-  // the log's entries from other ranks, in order.
+  state.restored_frames = -1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<size_t> Round::ResumeCursorLocked(int rank,
+                                                 uint64_t frames) const {
+  // The frames sent to this rank are the log's entries from other ranks, in
+  // order.
   uint64_t seen = 0;
   size_t cursor = 0;
-  for (; cursor < log_.size() && seen < header.frames_received(); ++cursor) {
+  for (; cursor < log_.size() && seen < frames; ++cursor) {
     if (log_[cursor].source_rank != rank) ++seen;
   }
-  if (seen < header.frames_received()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " resumes after ",
-        header.frames_received(), " frames, more than it was sent"));
+  if (seen < frames) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": ", RankName(rank), " resumes after ",
+                     frames, " frames, more than it was sent"));
   }
+  return cursor;
+}
+
+absl::StatusOr<int64_t> Round::ReclaimLocked(int rank, size_t cursor,
+                                             uint64_t frames,
+                                             PendingCallbacks* callbacks) {
+  const RankState& state = ranks_[rank];
   // A write the old stream had in flight may have arrived: the client has
   // it, so its claim goes.
   for (size_t i = state.cursor; i < cursor; ++i) {
@@ -356,8 +403,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
     if (entry.source_rank == rank) continue;
     if (entry.frame.Length() == 0 && !entry.spilled) {
       const absl::Status gone = absl::UnavailableError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " resumed after ",
-          header.frames_received(),
+          Describe(), ": ", RankName(rank), " resumed after ", frames,
           " frames, but the frames after those were already released (the "
           "resume window is ",
           options_.resume_window_bytes, " bytes)"));
@@ -372,24 +418,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(
     ++entry.pending_writes;
     resent += FrameBytes(entry);
   }
-  state.phase = RankPhase::kStreaming;
-  state.peer = peer;
-  state.stream = std::move(stream);
-  state.cursor = cursor;
-  state.write_in_flight = false;
-  state.read_paused = false;  // a new stream reads until it is paused
-  ResumePoint point;
-  point.upload_bytes = state.received_bytes;
-  point.upload_ended = state.digest.has_value();
-  point.hasher = std::move(state.upload_hasher);
-  ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
-  resumed.details = {
-      {"frames_received", absl::StrCat(header.frames_received())},
-      {"upload_bytes", absl::StrCat(point.upload_bytes)},
-      {"download_bytes_resent", absl::StrCat(resent)}};
-  DeferEvent(options_.events, std::move(resumed), callbacks);
-  Wake(rank, callbacks);
-  return point;
+  return resent;
 }
 
 void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
@@ -944,10 +973,6 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   }
   if (ended_count_ >= contributors_) CompleteLocked(callbacks);
 }
-
-}  // namespace fedgather::server
-
-namespace fedgather::server {
 
 void Round::CloseQuorum(PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);

@@ -45,20 +45,10 @@
 #include "server/events/pending_callbacks.h"
 #include "server/events/server_counters.h"
 #include "server/journal/journal_file.h"
+#include "server/relay/attach_request.h"
 #include "server/relay/reducer.h"
 
 namespace fedgather::server {
-
-// The server end of one member's collective stream, as a round sees it.
-class RoundStream {
- public:
-  virtual ~RoundStream() = default;
-  // WakeWriter: the round may have something for this stream to send. The
-  // stream answers by calling Round::NextOutgoing when it is not writing.
-  virtual void WakeWriter() = 0;
-  // ResumeReading: the round has buffer room again for a paused uploader.
-  virtual void ResumeReading() = 0;
-};
 
 // The records a round journals, in the order they change its log, so that
 // RestoreRound can rebuild the same log after a restart:
@@ -151,13 +141,12 @@ class Round {
   Round(const Round&) = delete;
   Round& operator=(const Round&) = delete;
 
-  // Attach registers `rank`'s stream with its header. The first header fixes
-  // the op and fingerprint; every later one must agree: a different op is
+  // Attach registers `request.rank`'s stream with its header. The first header
+  // fixes the op and fingerprint; every later one must agree: a different op is
   // FAILED_PRECONDITION, a different fingerprint INVALID_ARGUMENT, and either
   // fails the round on every rank. `header_frame` is forwarded to the other
   // ranks. Returns the round's failure when it has already failed.
-  // `peer` is the stream's address, for events; `header` is the rank's
-  // header (op, root, reduce, weight). For BROADCAST every rank must name
+  // For BROADCAST every rank must name
   // the same root (INVALID_ARGUMENT otherwise, failing the round); only the
   // root's frames are forwarded, to every other rank, and the other ranks
   // upload no bytes. For ALL_REDUCE every rank must name the same reduction
@@ -165,12 +154,7 @@ class Round {
   // forwarded: the round reduces it (OfferReduceChunk) and every rank gets
   // the result. A rank shut out of a quorum round gets FAILED_PRECONDITION,
   // and the round carries on.
-  absl::Status Attach(int rank, const std::string& peer,
-                      const v1::CollectiveHeader& header,
-                      const Fingerprint& fingerprint,
-                      grpc::ByteBuffer header_frame,
-                      std::weak_ptr<RoundStream> stream,
-                      PendingCallbacks* callbacks);
+  absl::Status Attach(AttachRequest request, PendingCallbacks* callbacks);
 
   // Where a resumed stream goes on.
   struct ResumePoint {
@@ -178,7 +162,7 @@ class Round {
     bool upload_ended = false;  // its end was received
     Sha256 hasher;              // the hash of those bytes, to continue
   };
-  // Resume hands `rank`'s round to a new stream after its old one broke
+  // Resume hands `request.rank`'s round to a new stream after its old one broke
   // (header.resume set; see StreamLost). The download goes on after the
   // header.frames_received frames the client has. Errors, for this stream
   // only: UNAVAILABLE while the old stream is not yet known to be gone
@@ -188,11 +172,7 @@ class Round {
   // is also an kEquivocation event), UNAVAILABLE when frames the client
   // lacks are no longer held. A rank whose header never arrived is attached
   // as by Attach.
-  absl::StatusOr<ResumePoint> Resume(int rank, const std::string& peer,
-                                     const v1::CollectiveHeader& header,
-                                     const Fingerprint& fingerprint,
-                                     grpc::ByteBuffer header_frame,
-                                     std::weak_ptr<RoundStream> stream,
+  absl::StatusOr<ResumePoint> Resume(AttachRequest request,
                                      PendingCallbacks* callbacks);
 
   // OfferChunk adds a chunk frame uploaded by `rank` carrying `payload_bytes`
@@ -437,12 +417,29 @@ class Round {
   // written (it will never receive them).
   void DropClaimsLocked(int rank, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AttachLocked(int rank, const std::string& peer,
-                            const v1::CollectiveHeader& header,
-                            const Fingerprint& fingerprint,
-                            grpc::ByteBuffer header_frame,
-                            std::weak_ptr<RoundStream> stream,
-                            PendingCallbacks* callbacks)
+  absl::Status AttachLocked(AttachRequest request, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The steps of Resume, in order. CheckResumableLocked: the rank is
+  // detached and may resume now (a commit that did not arrive counts as a
+  // broken stream). CheckSameContributionLocked: the request repeats the
+  // rank's first header and its declared SHA-256, which it returns.
+  // CheckRestoredFramesLocked: after a restore, the journal held the frames
+  // the client has. ResumeCursorLocked: the log entry after the client's
+  // last frame. ReclaimLocked: the claims of the new stream from there,
+  // returning the bytes to send again.
+  absl::Status CheckResumableLocked(int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Sha256Digest> CheckSameContributionLocked(
+      const AttachRequest& request, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRestoredFramesLocked(int rank, uint64_t frames,
+                                         PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<size_t> ResumeCursorLocked(int rank, uint64_t frames) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> ReclaimLocked(int rank, size_t cursor,
+                                        uint64_t frames,
+                                        PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ShutOutErrorLocked is what a rank a quorum round closed without gets.
   absl::Status ShutOutErrorLocked(int rank) const

@@ -76,9 +76,14 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
                 FingerprintFromProto(header.tensors(), "a journaled header");
             if (!fingerprint.ok()) return bad(fingerprint.status().message());
             if (op == v1::OP_UNSPECIFIED) op = header.op();
+            AttachRequest request;
+            request.rank = rank;
+            request.peer = "(restored)";
+            request.header = header;
+            request.fingerprint = *std::move(fingerprint);
+            request.header_frame = std::move(frame);
             absl::Status attached =
-                round->Attach(rank, "(restored)", header, *fingerprint,
-                              std::move(frame), {}, &replayed);
+                round->Attach(std::move(request), &replayed);
             if (!attached.ok()) return bad(attached.message());
             return absl::OkStatus();
           }

@@ -307,11 +307,17 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     absl::MutexLock lock(&mu_);
     round_ = *found;
   }
+  AttachRequest request;
+  request.rank = rank_;
+  request.peer = caller_.peer;
+  request.header = header;
+  request.fingerprint = fingerprint_;
+  request.header_frame = read_buffer_;
+  request.stream = weak_from_this();
   absl::Status attached;
   if (header.resume()) {
     absl::StatusOr<Round::ResumePoint> point =
-        (*found)->Resume(rank_, caller_.peer, header, fingerprint_,
-                         read_buffer_, weak_from_this(), callbacks);
+        (*found)->Resume(std::move(request), callbacks);
     if (point.ok()) {
       // The round holds this stream now: a resume point it cannot take
       // fails the round on every rank rather than leaving it waiting.
@@ -336,8 +342,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
       attached = point.status();
     }
   } else {
-    attached = (*found)->Attach(rank_, caller_.peer, header, fingerprint_,
-                                read_buffer_, weak_from_this(), callbacks);
+    attached = (*found)->Attach(std::move(request), callbacks);
   }
   if (!attached.ok()) {
     {

@@ -211,6 +211,21 @@ class RoundHarness : public ::testing::Test {
     return EncodeFrame(frame);
   }
 
+  // Request is `rank`'s AttachRequest, with its stream.
+  AttachRequest Request(int rank, std::string peer,
+                        const v1::CollectiveHeader& header,
+                        const Fingerprint& fingerprint,
+                        grpc::ByteBuffer header_frame) {
+    AttachRequest request;
+    request.rank = rank;
+    request.peer = std::move(peer);
+    request.header = header;
+    request.fingerprint = fingerprint;
+    request.header_frame = std::move(header_frame);
+    request.stream = streams_[rank];
+    return request;
+  }
+
   absl::Status Attach(Round& round, int rank, v1::Op op = v1::ALL_GATHER,
                       const Fingerprint& fingerprint = TwoFloats(),
                       uint32_t root = 0) {
@@ -219,9 +234,10 @@ class RoundHarness : public ::testing::Test {
     header.set_rank(rank);
     header.set_root(root);
     PendingCallbacks callbacks;
-    absl::Status status = round.Attach(
-        rank, "ipv4:127.0.0.1:1", header, fingerprint,
-        HeaderFrame(rank, op, fingerprint), streams_[rank], &callbacks);
+    absl::Status status =
+        round.Attach(Request(rank, "ipv4:127.0.0.1:1", header, fingerprint,
+                             HeaderFrame(rank, op, fingerprint)),
+                     &callbacks);
     callbacks.Run();
     return status;
   }
@@ -250,9 +266,9 @@ class RoundHarness : public ::testing::Test {
     header.set_weight(weight);
     PendingCallbacks callbacks;
     absl::Status status = round.Attach(
-        rank, "ipv4:127.0.0.1:1", header, TwoFloats(),
-        HeaderFrame(rank, v1::ALL_REDUCE, TwoFloats(), reduce, weight),
-        streams_[rank], &callbacks);
+        Request(rank, "ipv4:127.0.0.1:1", header, TwoFloats(),
+                HeaderFrame(rank, v1::ALL_REDUCE, TwoFloats(), reduce, weight)),
+        &callbacks);
     callbacks.Run();
     return status;
   }
@@ -328,10 +344,11 @@ class RoundHarness : public ::testing::Test {
     header.set_frames_received(frames);
     header.set_contribution_sha256(digest.data(), digest.size());
     PendingCallbacks callbacks;
-    absl::StatusOr<Round::ResumePoint> point = round.Resume(
-        rank, "ipv4:127.0.0.1:2", header, TwoFloats(),
-        HeaderFrame(rank, op, TwoFloats(), header.reduce(), header.weight()),
-        streams_[rank], &callbacks);
+    absl::StatusOr<Round::ResumePoint> point =
+        round.Resume(Request(rank, "ipv4:127.0.0.1:2", header, TwoFloats(),
+                             HeaderFrame(rank, op, TwoFloats(), header.reduce(),
+                                         header.weight())),
+                     &callbacks);
     callbacks.Run();
     return point;
   }

@@ -1029,12 +1029,12 @@ TEST_F(ReduceRoundTest, EachRankMayCutItsChunksItsOwnWay) {
     header.set_rank(r);
     header.set_reduce(v1::SUM);
     PendingCallbacks callbacks;
-    ASSERT_TRUE(
-        round
-            .Attach(r, "ipv4:127.0.0.1:1", header, fingerprint,
-                    HeaderFrame(r, v1::ALL_REDUCE, fingerprint, v1::SUM),
-                    streams_[r], &callbacks)
-            .ok());
+    ASSERT_TRUE(round
+                    .Attach(Request(r, "ipv4:127.0.0.1:1", header, fingerprint,
+                                    HeaderFrame(r, v1::ALL_REDUCE, fingerprint,
+                                                v1::SUM)),
+                            &callbacks)
+                    .ok());
     callbacks.Run();
   }
   std::vector<std::vector<float>> in(3, std::vector<float>(1000));

@@ -19,6 +19,9 @@ Round::Round(RoundOptions options, std::unique_ptr<JournalFile> journal)
       world_(static_cast<int>(options_.identities.size())),
       journal_(std::move(journal)),
       ranks_(options_.identities.size()),
+      log_(FanOutLogOptions{world_, options_.max_buffered_bytes,
+                            options_.resume_grace > absl::ZeroDuration(),
+                            options_.resume_window_bytes}),
       contributors_(world_) {}
 
 bool Round::JournalLocked(RoundRecord kind, int rank,
@@ -61,12 +64,12 @@ std::string Round::RankName(int rank) const {
 
 int64_t Round::BufferedBytes() const {
   absl::MutexLock lock(&mu_);
-  return buffered_bytes_;
+  return log_.BufferedBytes();
 }
 
 int64_t Round::TailBytes() const {
   absl::MutexLock lock(&mu_);
-  return tail_bytes_;
+  return log_.TailBytes();
 }
 
 ServerEvent Round::MakeEvent(EventKind kind, int rank) const {
@@ -94,7 +97,7 @@ Round::Progress Round::GetProgress() const {
     progress.bytes_in.push_back(ranks_[r].received_bytes);
     progress.bytes_out.push_back(ranks_[r].sent_bytes);
   }
-  progress.buffered_bytes = buffered_bytes_;
+  progress.buffered_bytes = log_.BufferedBytes();
   progress.deadline = options_.deadline;
   return progress;
 }
@@ -274,15 +277,11 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(AttachRequest request,
   if (!declared.ok()) return declared.status();
   state.declared_digest = *declared;
   FG_RETURN_IF_ERROR(CheckRestoredFramesLocked(rank, frames, callbacks));
-  absl::StatusOr<size_t> cursor = ResumeCursorLocked(rank, frames);
-  if (!cursor.ok()) return cursor.status();
-  absl::StatusOr<int64_t> resent =
-      ReclaimLocked(rank, *cursor, frames, callbacks);
+  absl::StatusOr<int64_t> resent = ReclaimLocked(rank, frames, callbacks);
   if (!resent.ok()) return resent.status();
   state.phase = RankPhase::kStreaming;
   state.peer = std::move(request.peer);
   state.stream = std::move(request.stream);
-  state.cursor = *cursor;
   state.write_in_flight = false;
   state.read_paused = false;  // a new stream reads until it is paused
   ResumePoint point;
@@ -366,80 +365,43 @@ absl::Status Round::CheckRestoredFramesLocked(int rank, uint64_t frames,
   return absl::OkStatus();
 }
 
-absl::StatusOr<size_t> Round::ResumeCursorLocked(int rank,
-                                                 uint64_t frames) const {
-  // The frames sent to this rank are the log's entries from other ranks, in
-  // order.
-  uint64_t seen = 0;
-  size_t cursor = 0;
-  for (; cursor < log_.size() && seen < frames; ++cursor) {
-    if (log_[cursor].source_rank != rank) ++seen;
-  }
-  if (seen < frames) {
+absl::StatusOr<int64_t> Round::ReclaimLocked(int rank, uint64_t frames,
+                                             PendingCallbacks* callbacks) {
+  const std::optional<size_t> cursor = log_.ResumeCursor(rank, frames);
+  if (!cursor.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat(Describe(), ": ", RankName(rank), " resumes after ",
                      frames, " frames, more than it was sent"));
   }
-  return cursor;
+  bool released = false;
+  const std::optional<int64_t> resent = log_.Reclaim(rank, *cursor, &released);
+  if (released) ResumeReadersLocked(callbacks);
+  if (!resent.has_value()) {
+    const absl::Status gone = absl::UnavailableError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " resumed after ", frames,
+        " frames, but the frames after those were already released (the "
+        "resume window is ",
+        options_.resume_window_bytes, " bytes)"));
+    FailLocked(gone, callbacks);
+    return gone;
+  }
+  return *resent;
 }
 
-absl::StatusOr<int64_t> Round::ReclaimLocked(int rank, size_t cursor,
-                                             uint64_t frames,
-                                             PendingCallbacks* callbacks) {
-  const RankState& state = ranks_[rank];
-  // A write the old stream had in flight may have arrived: the client has
-  // it, so its claim goes.
-  for (size_t i = state.cursor; i < cursor; ++i) {
-    LogEntry& entry = log_[i];
-    if (entry.source_rank != rank && --entry.pending_writes == 0) {
-      Release(entry, callbacks);
-    }
-  }
-  // Frames the old stream wrote but the client never got: claim them
-  // again, from the tail.
-  int64_t resent = 0;
-  for (size_t i = cursor; i < state.cursor; ++i) {
-    LogEntry& entry = log_[i];
-    if (entry.source_rank == rank) continue;
-    if (entry.frame.Length() == 0 && !entry.spilled) {
-      const absl::Status gone = absl::UnavailableError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " resumed after ", frames,
-          " frames, but the frames after those were already released (the "
-          "resume window is ",
-          options_.resume_window_bytes, " bytes)"));
-      FailLocked(gone, callbacks);
-      return gone;
-    }
-    if (entry.in_tail) {
-      entry.in_tail = false;
-      tail_bytes_ -= entry.bytes;
-      buffered_bytes_ += entry.bytes;
-    }
-    ++entry.pending_writes;
-    resent += FrameBytes(entry);
-  }
-  return resent;
-}
-
-void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
+bool Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
                    PendingCallbacks* callbacks) {
   // Every contributor but the sender (all ranks until a quorum closes).
   const int receivers = rank == kEveryRank ? contributors_ : contributors_ - 1;
-  if (receivers == 0) return;
-  if (frame.Length() < kCompactFrameBytes) {
-    grpc::Slice flat;
-    if (frame.DumpToSingleSlice(&flat).ok()) frame = grpc::ByteBuffer(&flat, 1);
-  }
-  const int64_t charge = bytes + kFrameChargeBytes;
-  log_.push_back(LogEntry{rank, std::move(frame), charge, receivers});
-  buffered_bytes_ += charge;
+  if (!log_.Append(rank, std::move(frame), bytes, receivers)) return false;
   for (int r = 0; r < world_; ++r) {
     if (r != rank && ranks_[r].Started()) Wake(r, callbacks);
   }
+  return true;
 }
 
 int64_t Round::HeldLocked() const {
-  return buffered_bytes_ + (reducer_ != nullptr ? reducer_->HeldBytes() : 0);
+  return log_.BufferedBytes() +
+         (reducer_ != nullptr ? reducer_->HeldBytes() : 0);
 }
 
 bool Round::PauseIfFullLocked(int rank) {
@@ -460,8 +422,8 @@ void Round::CountReceivedLocked(int rank, int64_t bytes) {
 }
 
 bool Round::RoomForFrameLocked(int rank, PendingCallbacks* callbacks) {
-  const int64_t most = options_.max_buffered_bytes / kLogEntryBytes;
-  if (static_cast<int64_t>(log_.size()) < most) return true;
+  if (log_.HasRoom()) return true;
+  const int64_t most = log_.MaxFrames();
   FailLocked(
       absl::ResourceExhaustedError(absl::StrCat(
           Describe(), ": ", RankName(rank), " sent chunk ",
@@ -472,12 +434,12 @@ bool Round::RoomForFrameLocked(int rank, PendingCallbacks* callbacks) {
   return false;
 }
 
-void Round::AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
+bool Round::AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
                               int64_t payload_bytes,
                               PendingCallbacks* callbacks) {
   ++ranks_[rank].chunks;
   CountReceivedLocked(rank, payload_bytes);
-  Append(rank, std::move(frame), payload_bytes, callbacks);
+  return Append(rank, std::move(frame), payload_bytes, callbacks);
 }
 
 bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
@@ -493,37 +455,16 @@ void Round::ReplayChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                         int64_t journal_offset, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished() || !RoomForFrameLocked(rank, callbacks)) return;
-  const size_t before = log_.size();
   const int64_t size = static_cast<int64_t>(frame.Length());
-  AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
-  if (log_.size() == before) return;  // nobody receives it
-  log_.back().journal_offset = journal_offset;
-  log_.back().journal_size = size;
-  SpillLocked();
-}
-
-void Round::SpillLocked() {
-  while (HeldLocked() > options_.max_buffered_bytes &&
-         spill_cursor_ < log_.size()) {
-    LogEntry& entry = log_[spill_cursor_++];
-    if (entry.journal_offset < 0 || entry.spilled ||
-        entry.pending_writes == 0) {
-      continue;
-    }
-    buffered_bytes_ -= entry.bytes;
-    entry.bytes = 0;
-    entry.frame.Clear();
-    entry.spilled = true;
+  if (!AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks)) {
+    return;  // nobody receives it
   }
-}
-
-int64_t Round::FrameBytes(const LogEntry& entry) {
-  return entry.spilled ? entry.journal_size
-                       : static_cast<int64_t>(entry.frame.Length());
+  log_.MarkLastReplayed(journal_offset, size);
+  log_.Spill(reducer_ != nullptr ? reducer_->HeldBytes() : 0);
 }
 
 absl::StatusOr<grpc::ByteBuffer> Round::FrameLocked(
-    const LogEntry& entry) const {
+    const FanOutLog::Entry& entry) const {
   if (!entry.spilled) return entry.frame;  // shares the slices
   if (journal_ == nullptr) {
     return absl::InternalError("a replayed frame left memory with no journal");
@@ -574,25 +515,7 @@ void Round::AppendResultLocked(int tensor, int64_t offset, std::string data,
          callbacks);
 }
 
-void Round::Release(LogEntry& entry, PendingCallbacks* callbacks) {
-  buffered_bytes_ -= entry.bytes;
-  if (options_.resume_grace > absl::ZeroDuration()) {
-    entry.in_tail = true;
-    tail_bytes_ += entry.bytes;
-    tail_.push_back(static_cast<size_t>(&entry - log_.data()));
-    while (tail_bytes_ > options_.resume_window_bytes && !tail_.empty()) {
-      LogEntry& oldest = log_[tail_.front()];
-      tail_.pop_front();
-      if (!oldest.in_tail) continue;  // a resume claimed it again
-      oldest.in_tail = false;
-      tail_bytes_ -= oldest.bytes;
-      oldest.bytes = 0;
-      oldest.frame.Clear();
-    }
-  } else {
-    entry.bytes = 0;
-    entry.frame.Clear();
-  }
+void Round::ResumeReadersLocked(PendingCallbacks* callbacks) {
   if (HeldLocked() >= options_.max_buffered_bytes) return;
   for (RankState& state : ranks_) {
     if (!state.read_paused) continue;
@@ -701,11 +624,8 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
     out.status = absl::CancelledError("the stream closed");
     return out;
   }
-  while (state.cursor < log_.size() && log_[state.cursor].source_rank == rank) {
-    ++state.cursor;
-  }
-  if (state.cursor < log_.size()) {
-    absl::StatusOr<grpc::ByteBuffer> frame = FrameLocked(log_[state.cursor]);
+  if (const FanOutLog::Entry* next = log_.Next(rank); next != nullptr) {
+    absl::StatusOr<grpc::ByteBuffer> frame = FrameLocked(*next);
     if (!frame.ok()) {
       FailLocked(absl::DataLossError(
                      absl::StrCat(Describe(), ": ", frame.status().message())),
@@ -746,26 +666,12 @@ bool Round::SettledLocked(absl::Time now) {
 }
 
 void Round::ReleaseTailAfterGraceLocked(absl::Time now) {
-  if (tail_.empty() || !SettledLocked(now)) return;
-  for (size_t index : tail_) {
-    LogEntry& entry = log_[index];
-    if (!entry.in_tail) continue;
-    entry.in_tail = false;
-    entry.bytes = 0;
-    entry.frame.Clear();
-  }
-  tail_.clear();
-  tail_bytes_ = 0;
+  if (!log_.HasTail() || !SettledLocked(now)) return;
+  log_.ReleaseTail();
 }
 
 void Round::DropClaimsLocked(int rank, PendingCallbacks* callbacks) {
-  RankState& state = ranks_[rank];
-  for (; state.cursor < log_.size(); ++state.cursor) {
-    LogEntry& entry = log_[state.cursor];
-    if (entry.source_rank != rank && --entry.pending_writes == 0) {
-      Release(entry, callbacks);
-    }
-  }
+  if (log_.DropClaims(rank)) ResumeReadersLocked(callbacks);
 }
 
 void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
@@ -777,15 +683,15 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
   // A resumable stream that failed a write is about to be detached
   // (StreamLost); the frame stays claimed for the stream that resumes.
   if (!ok && options_.resume_grace > absl::ZeroDuration()) return;
-  LogEntry& entry = log_[state.cursor++];
+  bool released = false;
+  const int64_t bytes = log_.Written(rank, &released);
   if (ok) {
-    const int64_t bytes = FrameBytes(entry);
     state.sent_bytes += bytes;
     if (options_.metrics != nullptr) {
       options_.metrics->BytesOut(options_.group, bytes);
     }
   }
-  if (--entry.pending_writes == 0) Release(entry, callbacks);
+  if (released) ResumeReadersLocked(callbacks);
   if (!ok && state.phase != RankPhase::kLost) {
     state.phase = RankPhase::kLost;
     if (!complete_) {
@@ -851,10 +757,7 @@ void Round::FailLocked(const absl::Status& status,
   if (finished()) return;
   // What every rank is told, the outcome kept and the event: bounded.
   status_ = BoundStatus(status);
-  for (LogEntry& entry : log_) entry.frame.Clear();
-  buffered_bytes_ = 0;
-  tail_.clear();
-  tail_bytes_ = 0;
+  log_.Clear();
   ServerEvent failed = MakeEvent(EventKind::kRoundFailed, -1);
   failed.status = status_;
   DeferEvent(options_.events, std::move(failed), callbacks);
@@ -956,11 +859,7 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   for (RankState& state : ranks_) {
     if (state.phase == RankPhase::kWaiting) state.phase = RankPhase::kShutOut;
   }
-  for (LogEntry& entry : log_) {
-    if (entry.pending_writes == 0) continue;
-    entry.pending_writes -= shut_out;
-    if (entry.pending_writes == 0) Release(entry, callbacks);
-  }
+  if (log_.DropReceivers(shut_out)) ResumeReadersLocked(callbacks);
   if (reducer_ != nullptr) {
     std::vector<bool> contributors(world_);
     for (int r = 0; r < world_; ++r)
@@ -990,10 +889,7 @@ void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
     state.detached_at = now;
     state.read_paused = false;
     state.upload_hasher = std::move(upload_hashers[r]);
-    state.restored_frames = 0;
-    for (const LogEntry& entry : log_) {
-      if (entry.source_rank != r) ++state.restored_frames;
-    }
+    state.restored_frames = log_.FramesFor(r);
   }
 }
 

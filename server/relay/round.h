@@ -1,15 +1,15 @@
 // Round: the state machine of one collective (group, epoch, seq) on the
-// server. It owns the round's chunk log: every frame a rank uploads is kept
-// once, reference-counted, and each other rank's stream walks the log with
-// its own cursor (cut-through fan-out, no copy per receiver). A frame is
-// released when every receiver has written it. The memory the log holds is
-// bounded by RoundOptions::max_buffered_bytes: each frame is charged its
-// bytes plus kFrameChargeBytes for what holds it, and an uploader that pushes
-// the round past the limit is paused until receivers drain (backpressure).
-// The log's entries outlive their frames (a resume finds its place by them),
-// so a round takes at most max_buffered_bytes / kLogEntryBytes frames and
-// fails with RESOURCE_EXHAUSTED past that: tiny chunks cannot make a round
-// hold more than about twice the limit, plus the resume window. A round
+// server. It owns the round's chunk log (FanOutLog, fan_out_log.h): every frame
+// a rank uploads is kept once, reference-counted, and each other rank's stream
+// walks the log with its own cursor (cut-through fan-out, no copy per
+// receiver). A frame is released when every receiver has written it. The memory
+// the log holds is bounded by RoundOptions::max_buffered_bytes: each frame is
+// charged its bytes plus kFrameChargeBytes for what holds it, and an uploader
+// that pushes the round past the limit is paused until receivers drain
+// (backpressure). The log's entries outlive their frames (a resume finds its
+// place by them), so a round takes at most max_buffered_bytes / kLogEntryBytes
+// frames and fails with RESOURCE_EXHAUSTED past that: tiny chunks cannot make a
+// round hold more than about twice the limit, plus the resume window. A round
 // rebuilt from its journal after a restart (ReplayChunk) keeps to the same
 // limit: the oldest replayed frames leave memory and are read back from the
 // journal, for each receiver, when its stream needs them.
@@ -26,7 +26,6 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -46,6 +45,7 @@
 #include "server/events/server_counters.h"
 #include "server/journal/journal_file.h"
 #include "server/relay/attach_request.h"
+#include "server/relay/fan_out_log.h"
 #include "server/relay/reducer.h"
 
 namespace fedgather::server {
@@ -123,14 +123,9 @@ struct RoundOptions {
 
 class Round {
  public:
-  // Charged per frame in the log beyond its bytes: the log entry, the gRPC
-  // byte buffer and slice around it (about 400 bytes measured; issue 18).
-  static constexpr int64_t kFrameChargeBytes = 1024;
-  // Smaller frames are copied out of the transport's read buffers, which
-  // they would otherwise keep alive, so that the charge covers them.
-  static constexpr size_t kCompactFrameBytes = 4096;
-  // What a log entry costs once its frame is released.
-  static constexpr int64_t kLogEntryBytes = 64;
+  // The log's charges (FanOutLog).
+  static constexpr int64_t kFrameChargeBytes = FanOutLog::kFrameChargeBytes;
+  static constexpr int64_t kLogEntryBytes = FanOutLog::kLogEntryBytes;
 
   // With a `journal`, every change to the round's log is appended to it
   // (RoundRecord) before it takes effect, and each kEnd is synced to disk
@@ -290,17 +285,6 @@ class Round {
   Progress GetProgress() const;
 
  private:
-  struct LogEntry {
-    int source_rank;
-    grpc::ByteBuffer frame;
-    int64_t bytes;         // its charge against max_buffered_bytes
-    int pending_writes;    // receivers that have not written it yet
-    bool in_tail = false;  // written by all, kept for resumes (tail_)
-    // A replayed frame that left memory: its bytes lie in the journal.
-    bool spilled = false;
-    int64_t journal_offset = -1;  // replayed frames: where they lie
-    int64_t journal_size = 0;     // and their length
-  };
   // RankPhase is where a rank's stream stands in the round:
   //   kWaiting    no header yet
   //   kShutOut    a quorum closed the round without it (final)
@@ -333,7 +317,6 @@ class Round {
     int64_t sent_bytes = 0;  // frame bytes its stream has written
     // Its contribution's SHA-256, once its upload ended.
     std::optional<Sha256Digest> digest;
-    size_t cursor = 0;  // next log entry this rank's stream looks at
     // The flow of its stream: a write handed out and not yet done; reading
     // paused until the round has room (ResumeReading).
     bool write_in_flight = false;
@@ -376,32 +359,28 @@ class Round {
   std::string RankName(int rank) const;
   // Append adds a frame uploaded by `rank` for every other rank, or, with
   // rank kEveryRank, a result frame for every rank.
-  void Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
+  // False when the frame has no receiver (it is dropped).
+  bool Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
               PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RoomForFrameLocked is true when the log may take one more frame from
   // `rank`; else it fails the round with RESOURCE_EXHAUSTED.
   bool RoomForFrameLocked(int rank, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AcceptChunkLocked counts `rank`'s chunk and appends it to the log.
-  void AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
+  // AcceptChunkLocked counts `rank`'s chunk and appends it to the log
+  // (false: it has no receiver).
+  bool AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
                          int64_t payload_bytes, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SpillLocked drops the oldest replayed frames from memory while the round
-  // holds more than max_buffered_bytes.
-  void SpillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FrameBytes is the length of `entry`'s frame, in memory or spilled.
-  static int64_t FrameBytes(const LogEntry& entry);
   // FrameLocked is the bytes of `entry`, read back from the journal when it
   // was spilled.
-  absl::StatusOr<grpc::ByteBuffer> FrameLocked(const LogEntry& entry) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<grpc::ByteBuffer> FrameLocked(
+      const FanOutLog::Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PauseIfFullLocked pauses `rank`'s reading when the round holds too much.
   bool PauseIfFullLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr int kEveryRank = -1;
-  // Release is called when every receiver has written `entry`: its bytes
-  // stop counting against the limit; the frame moves to the resume tail, or
-  // is freed when streams are not resumable.
-  void Release(LogEntry& entry, PendingCallbacks* callbacks)
+  static constexpr int kEveryRank = FanOutLog::kEveryRank;
+  // ResumeReadersLocked is called when the log released frames: once the
+  // round holds less than max_buffered_bytes, paused uploaders read again.
+  void ResumeReadersLocked(PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TakeBackCommitLocked counts a commit handed to a rank's stream as not
   // sent, when the rank may resume (its stream broke, or it resumes).
@@ -424,9 +403,9 @@ class Round {
   // broken stream). CheckSameContributionLocked: the request repeats the
   // rank's first header and its declared SHA-256, which it returns.
   // CheckRestoredFramesLocked: after a restore, the journal held the frames
-  // the client has. ResumeCursorLocked: the log entry after the client's
-  // last frame. ReclaimLocked: the claims of the new stream from there,
-  // returning the bytes to send again.
+  // the client has. ReclaimLocked: moves the rank's cursor after the
+  // client's last frame (FanOutLog::Reclaim), returning the bytes to send
+  // again.
   absl::Status CheckResumableLocked(int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<Sha256Digest> CheckSameContributionLocked(
@@ -435,10 +414,7 @@ class Round {
   absl::Status CheckRestoredFramesLocked(int rank, uint64_t frames,
                                          PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<size_t> ResumeCursorLocked(int rank, uint64_t frames) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<int64_t> ReclaimLocked(int rank, size_t cursor,
-                                        uint64_t frames,
+  absl::StatusOr<int64_t> ReclaimLocked(int rank, uint64_t frames,
                                         PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ShutOutErrorLocked is what a rank a quorum round closed without gets.
@@ -483,8 +459,7 @@ class Round {
   bool first_chunk_seen_ ABSL_GUARDED_BY(mu_) = false;
   v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
   int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
-  size_t spill_cursor_ ABSL_GUARDED_BY(mu_) = 0;  // SpillLocked looks on here
-  uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;        // BROADCAST's sender
+  uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;  // BROADCAST's sender
   // ALL_REDUCE: the reduction, each rank's weight, the hash of the result
   // frames in the order they were made.
   v1::ReduceOp reduce_ ABSL_GUARDED_BY(mu_) = v1::REDUCE_UNSPECIFIED;
@@ -494,12 +469,7 @@ class Round {
   Sha256Digest result_digest_ ABSL_GUARDED_BY(mu_){};
   Fingerprint first_fingerprint_ ABSL_GUARDED_BY(mu_);
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
-  std::vector<LogEntry> log_ ABSL_GUARDED_BY(mu_);
-  int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Resume tail: indexes of released frames still held, oldest first, and
-  // their bytes (at most resume_window_bytes).
-  std::deque<size_t> tail_ ABSL_GUARDED_BY(mu_);
-  int64_t tail_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  FanOutLog log_ ABSL_GUARDED_BY(mu_);
   // Handing a commit to a stream is not delivering it: a stream may break
   // with the commit still in its buffers, and the rank then resumes
   // (StreamLost, Resume). So the resume tail is kept until every

@@ -14,41 +14,23 @@
 
 namespace fedgather::server {
 
-Round::Round(RoundOptions options, std::unique_ptr<JournalFile> journal)
+Round::Round(RoundOptions options, std::unique_ptr<RoundRecorder> recorder)
     : options_(std::move(options)),
       world_(static_cast<int>(options_.identities.size())),
-      journal_(std::move(journal)),
+      recorder_(std::move(recorder)),
       ranks_(options_.identities.size()),
       log_(FanOutLogOptions{world_, options_.max_buffered_bytes,
                             options_.resume_grace > absl::ZeroDuration(),
                             options_.resume_window_bytes}),
       contributors_(world_) {}
 
-bool Round::JournalLocked(RoundRecord kind, int rank,
-                          const grpc::ByteBuffer& payload,
-                          PendingCallbacks* callbacks) {
-  if (journal_ == nullptr) return true;
-  return JournaledLocked(journal_->Append(static_cast<uint8_t>(kind),
-                                          static_cast<uint32_t>(rank), payload),
-                         callbacks);
-}
-
-bool Round::JournalLocked(RoundRecord kind, int rank, absl::string_view payload,
-                          bool sync, PendingCallbacks* callbacks) {
-  if (journal_ == nullptr) return true;
-  absl::Status written = journal_->Append(static_cast<uint8_t>(kind),
-                                          static_cast<uint32_t>(rank), payload);
-  if (written.ok() && sync) written = journal_->Sync();
-  return JournaledLocked(written, callbacks);
-}
-
-bool Round::JournaledLocked(const absl::Status& written,
-                            PendingCallbacks* callbacks) {
-  if (written.ok()) return true;
+bool Round::RecordedLocked(const absl::Status& recorded,
+                           PendingCallbacks* callbacks) {
+  if (recorded.ok()) return true;
   FailLocked(absl::Status(
-                 written.code(),
+                 recorded.code(),
                  absl::StrCat(Describe(), ": the server could not journal it: ",
-                              written.message())),
+                              recorded.message())),
              callbacks);
   return false;
 }
@@ -207,8 +189,9 @@ absl::Status Round::AttachLocked(AttachRequest request,
     FailLocked(valid, callbacks);
     return valid;
   }
-  if (!JournalLocked(RoundRecord::kAttach, rank, request.header_frame,
-                     callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Attached(rank, request.header_frame),
+                      callbacks)) {
     return status_;
   }
   if (first_rank_ < 0) {
@@ -446,7 +429,10 @@ bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                        PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished() || !RoomForFrameLocked(rank, callbacks)) return false;
-  if (!JournalLocked(RoundRecord::kChunk, rank, frame, callbacks)) return false;
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Chunk(rank, frame), callbacks)) {
+    return false;
+  }
   AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
   return PauseIfFullLocked(rank);
 }
@@ -466,19 +452,19 @@ void Round::ReplayChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
 absl::StatusOr<grpc::ByteBuffer> Round::FrameLocked(
     const FanOutLog::Entry& entry) const {
   if (!entry.spilled) return entry.frame;  // shares the slices
-  if (journal_ == nullptr) {
+  if (recorder_ == nullptr) {
     return absl::InternalError("a replayed frame left memory with no journal");
   }
-  return journal_->ReadAt(entry.journal_offset, entry.journal_size);
+  return recorder_->ReadFrame(entry.journal_offset, entry.journal_size);
 }
 
 bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
                              const uint8_t* data, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return false;
-  if (journal_ != nullptr &&
-      !JournalLocked(RoundRecord::kChunk, rank, EncodeChunkFrame(meta, data),
-                     callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Chunk(rank, EncodeChunkFrame(meta, data)),
+                      callbacks)) {
     return false;
   }
   const int64_t size = static_cast<int64_t>(meta.size);
@@ -538,11 +524,8 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
     EquivocationLocked(rank, "different bytes", callbacks).IgnoreError();
     return;
   }
-  if (!JournalLocked(
-          RoundRecord::kEnd, rank,
-          absl::string_view(reinterpret_cast<const char*>(digest.data()),
-                            digest.size()),
-          /*sync=*/true, callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Ended(rank, digest), callbacks)) {
     return;
   }
   state.digest = digest;
@@ -848,8 +831,8 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
                callbacks);
     return;
   }
-  if (!JournalLocked(RoundRecord::kQuorumClosed, 0, "", /*sync=*/false,
-                     callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->QuorumClosed(), callbacks)) {
     return;
   }
   // The ranks that have not started are no longer receivers: drop their
@@ -879,9 +862,9 @@ void Round::CloseQuorum(PendingCallbacks* callbacks) {
 }
 
 void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
-                     std::unique_ptr<JournalFile> journal) {
+                     std::unique_ptr<RoundRecorder> recorder) {
   absl::MutexLock lock(&mu_);
-  journal_ = std::move(journal);
+  recorder_ = std::move(recorder);
   for (int r = 0; r < world_; ++r) {
     RankState& state = ranks_[r];
     if (!state.Started()) continue;

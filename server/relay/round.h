@@ -43,26 +43,12 @@
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/events/server_counters.h"
-#include "server/journal/journal_file.h"
 #include "server/relay/attach_request.h"
 #include "server/relay/fan_out_log.h"
 #include "server/relay/reducer.h"
+#include "server/relay/round_recorder.h"
 
 namespace fedgather::server {
-
-// The records a round journals, in the order they change its log, so that
-// RestoreRound can rebuild the same log after a restart:
-//   kAttach        a rank's header frame, accepted
-//   kChunk         a chunk frame a rank uploaded, accepted
-//   kEnd           a rank's contribution ended; the payload is its SHA-256
-//   kQuorumClosed  the quorum deadline closed the round to the ranks that
-//                  had not started
-enum class RoundRecord : uint8_t {
-  kAttach = 1,
-  kChunk = 2,
-  kEnd = 3,
-  kQuorumClosed = 4,
-};
 
 // The payload of a status that asks the client to try again shortly.
 inline constexpr char kRetryPayload[] = "fedgather/retry";
@@ -127,12 +113,13 @@ class Round {
   static constexpr int64_t kFrameChargeBytes = FanOutLog::kFrameChargeBytes;
   static constexpr int64_t kLogEntryBytes = FanOutLog::kLogEntryBytes;
 
-  // With a `journal`, every change to the round's log is appended to it
-  // (RoundRecord) before it takes effect, and each kEnd is synced to disk
-  // before the contribution counts, so a committed round's contributions
-  // are durable. A journal write that fails fails the round with the error.
+  // With a `recorder` (a JournalRecorder when the server has a state
+  // directory), every change to the round's log is recorded
+  // (RoundRecorder) before it takes effect, and a contribution's end is
+  // durable before it counts, so a committed round's contributions are. A
+  // record that fails fails the round with the error.
   explicit Round(RoundOptions options,
-                 std::unique_ptr<JournalFile> journal = nullptr);
+                 std::unique_ptr<RoundRecorder> recorder = nullptr);
   Round(const Round&) = delete;
   Round& operator=(const Round&) = delete;
 
@@ -240,12 +227,12 @@ class Round {
   // Restored ends RestoreRound's replay of a journal into this round (built
   // without a journal): every attached rank is detached as if its stream had
   // broken at `now`, keeping upload_hashers[rank], the hash of its upload so
-  // far, and `journal` takes the round's records from here on. A rank that
+  // far, and `recorder` takes the round's records from here on. A rank that
   // then resumes with more frames than the replayed log holds for it gets
   // DATA_LOSS, failing the round: the journal lost frames the rank had
   // received (the machine crashed before they reached the disk).
   void Restored(absl::Time now, std::vector<Sha256> upload_hashers,
-                std::unique_ptr<JournalFile> journal);
+                std::unique_ptr<RoundRecorder> recorder);
   // StartResumeGrace counts the resume grace of every detached rank from
   // `now` at the earliest: a restarted server calls it once it listens, so
   // that the time its restore took is not taken from the ranks' grace.
@@ -426,18 +413,9 @@ class Round {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // JournalLocked appends a record to the journal, if any; on an error it
-  // fails the round with it and returns false.
-  bool JournalLocked(RoundRecord kind, int rank,
-                     const grpc::ByteBuffer& payload,
-                     PendingCallbacks* callbacks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool JournalLocked(RoundRecord kind, int rank, absl::string_view payload,
-                     bool sync, PendingCallbacks* callbacks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // JournaledLocked is their end: true when `written` is OK, else it fails
-  // the round with it.
-  bool JournaledLocked(const absl::Status& written, PendingCallbacks* callbacks)
+  // RecordedLocked is true when `recorded` (what the recorder returned) is
+  // OK, else it fails the round with it.
+  bool RecordedLocked(const absl::Status& recorded, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CountReceivedLocked adds a chunk's payload to `rank`'s upload and to
   // the metrics.
@@ -455,7 +433,7 @@ class Round {
   const int world_;
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<JournalFile> journal_ ABSL_GUARDED_BY(mu_);  // may be null
+  std::unique_ptr<RoundRecorder> recorder_ ABSL_GUARDED_BY(mu_);  // or null
   bool first_chunk_seen_ ABSL_GUARDED_BY(mu_) = false;
   v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
   int first_rank_ ABSL_GUARDED_BY(mu_) = -1;

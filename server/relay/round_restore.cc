@@ -7,6 +7,8 @@
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
+#include "server/journal/journal_file.h"
+#include "server/relay/journal_recorder.h"
 
 namespace fedgather::server {
 namespace {
@@ -132,7 +134,8 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
   absl::StatusOr<std::unique_ptr<JournalFile>> journal =
       JournalFile::OpenForAppend(path, *valid);
   if (!journal.ok()) return journal.status();
-  round->Restored(now, std::move(hashers), *std::move(journal));
+  round->Restored(now, std::move(hashers),
+                  std::make_unique<JournalRecorder>(*std::move(journal)));
   return RestoredRound{std::move(round), *valid};
 }
 

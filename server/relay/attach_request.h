@@ -6,6 +6,7 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -44,7 +45,16 @@ struct AttachRequest {
   grpc::ByteBuffer header_frame;
   // The stream to wake; empty for a rank replayed from a journal.
   std::weak_ptr<RoundStream> stream;
+  // What the rank uploads: UploadBytes, computed once by the caller (which
+  // also checks it against the caller's limits).
+  int64_t upload_bytes = 0;
 };
+
+// UploadBytes is what `rank` uploads with `header`, whose tensors are
+// `fingerprint`: none for a BROADCAST's other ranks, else the tensors'
+// bytes (INT64_MAX when they overflow, which no limit admits).
+int64_t UploadBytes(int rank, const v1::CollectiveHeader& header,
+                    const Fingerprint& fingerprint);
 
 }  // namespace fedgather::server
 

@@ -206,7 +206,7 @@ absl::Status Round::AttachLocked(AttachRequest request,
   state.phase = RankPhase::kStreaming;
   state.peer = std::move(request.peer);
   state.stream = std::move(request.stream);
-  state.expected_bytes = sends ? ContributionBytes(fingerprint).value() : 0;
+  state.expected_bytes = request.upload_bytes;
   state.fingerprint = std::move(request.fingerprint);
   state.header = std::move(request.header);
   ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
@@ -458,13 +458,13 @@ absl::StatusOr<grpc::ByteBuffer> Round::FrameLocked(
   return recorder_->ReadFrame(entry.journal_offset, entry.journal_size);
 }
 
-bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
-                             const uint8_t* data, PendingCallbacks* callbacks) {
+bool Round::OfferReduceChunk(int rank, const grpc::ByteBuffer& frame,
+                             const ChunkMeta& meta, const uint8_t* data,
+                             PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return false;
   if (recorder_ != nullptr &&
-      !RecordedLocked(recorder_->Chunk(rank, EncodeChunkFrame(meta, data)),
-                      callbacks)) {
+      !RecordedLocked(recorder_->Chunk(rank, frame), callbacks)) {
     return false;
   }
   const int64_t size = static_cast<int64_t>(meta.size);

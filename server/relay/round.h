@@ -177,7 +177,10 @@ class Round {
   // that a rank that only folds into elements another rank already started
   // never waits: only the ranks ahead are held back, so the slowest always
   // catches up.
-  bool OfferReduceChunk(int rank, const ChunkMeta& meta, const uint8_t* data,
+  // `frame` is the chunk's frame as it arrived, which the recorder takes as
+  // is (it is not forwarded).
+  bool OfferReduceChunk(int rank, const grpc::ByteBuffer& frame,
+                        const ChunkMeta& meta, const uint8_t* data,
                         PendingCallbacks* callbacks);
 
   // EndContribution records that `rank`'s upload is complete with `digest`.

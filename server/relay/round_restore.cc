@@ -84,6 +84,8 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
             request.header = header;
             request.fingerprint = *std::move(fingerprint);
             request.header_frame = std::move(frame);
+            request.upload_bytes =
+                UploadBytes(rank, request.header, request.fingerprint);
             absl::Status attached =
                 round->Attach(std::move(request), &replayed);
             if (!attached.ok()) return bad(attached.message());
@@ -102,7 +104,7 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
             }
             if (op == v1::ALL_REDUCE) {
               round->OfferReduceChunk(
-                  rank, sink.meta(),
+                  rank, frame, sink.meta(),
                   reinterpret_cast<const uint8_t*>(sink.data().data()),
                   &replayed);
             } else {

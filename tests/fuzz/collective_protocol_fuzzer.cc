@@ -546,6 +546,7 @@ void Simulation::Header(Client& c, bool resume, int mutation) {
   request.fingerprint = s->fingerprint;
   request.header_frame = header_frame;
   request.stream = s;
+  request.upload_bytes = UploadBytes(s->rank, header, s->fingerprint);
   absl::Status attached;
   if (header.resume()) {
     absl::StatusOr<Round::ResumePoint> point =
@@ -713,7 +714,7 @@ void Simulation::Chunk(Client& c, int size, int mutation) {
       mine.reduce_bytes += end - start;
     }
     more = s->round->OfferReduceChunk(
-        s->rank, sink.meta_,
+        s->rank, frame, sink.meta_,
         reinterpret_cast<const uint8_t*>(sink.bytes_.data()), &callbacks);
   } else {
     more = s->round->OfferChunk(

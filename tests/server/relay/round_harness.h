@@ -223,6 +223,8 @@ class RoundHarness : public ::testing::Test {
     request.fingerprint = fingerprint;
     request.header_frame = std::move(header_frame);
     request.stream = streams_[rank];
+    request.upload_bytes =
+        UploadBytes(rank, request.header, request.fingerprint);
     return request;
   }
 
@@ -276,9 +278,9 @@ class RoundHarness : public ::testing::Test {
   bool OfferReduce(Round& round, int rank, const std::vector<float>& values) {
     const ChunkMeta meta{static_cast<uint32_t>(rank), 0, 0, 8};
     PendingCallbacks callbacks;
-    const bool more = round.OfferReduceChunk(
-        rank, meta, reinterpret_cast<const uint8_t*>(values.data()),
-        &callbacks);
+    const uint8_t* data = reinterpret_cast<const uint8_t*>(values.data());
+    const bool more = round.OfferReduceChunk(rank, EncodeChunkFrame(meta, data),
+                                             meta, data, &callbacks);
     callbacks.Run();
     return more;
   }

@@ -1056,9 +1056,10 @@ TEST_F(ReduceRoundTest, EachRankMayCutItsChunksItsOwnWay) {
                            static_cast<uint64_t>(sent[r]),
                            static_cast<uint64_t>(size)};
       PendingCallbacks callbacks;
-      round.OfferReduceChunk(
-          r, meta, reinterpret_cast<const uint8_t*>(in[r].data()) + sent[r],
-          &callbacks);
+      const uint8_t* data =
+          reinterpret_cast<const uint8_t*>(in[r].data()) + sent[r];
+      round.OfferReduceChunk(r, EncodeChunkFrame(meta, data), meta, data,
+                             &callbacks);
       callbacks.Run();
       sent[r] += size;
       more = true;

@@ -1,7 +1,6 @@
 #include "server/relay/round.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
@@ -18,6 +17,7 @@ Round::Round(RoundOptions options, std::unique_ptr<RoundRecorder> recorder)
     : options_(std::move(options)),
       world_(static_cast<int>(options_.identities.size())),
       recorder_(std::move(recorder)),
+      agreement_(Describe(), options_.identities),
       ranks_(options_.identities.size()),
       log_(FanOutLogOptions{world_, options_.max_buffered_bytes,
                             options_.resume_grace > absl::ZeroDuration(),
@@ -60,7 +60,7 @@ ServerEvent Round::MakeEvent(EventKind kind, int rank) const {
   event.group = options_.group;
   event.epoch = options_.epoch;
   event.seq = options_.seq;
-  event.op = op_;
+  event.op = agreement_.op();
   event.rank = rank;
   if (rank >= 0) {
     event.identity = options_.identities[rank];
@@ -97,37 +97,6 @@ void Round::WakeAll(PendingCallbacks* callbacks) {
   }
 }
 
-absl::Status Round::CheckHeaderLocked(int rank,
-                                      const v1::CollectiveHeader& header,
-                                      const Fingerprint& fingerprint) const {
-  const v1::Op op = header.op();
-  if (op != op_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " called ", OpName(op), " but ",
-        RankName(first_rank_), " called ", OpName(op_),
-        "; the ranks are calling collectives in a different order"));
-  }
-  if (op_ == v1::BROADCAST && header.root() != root_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(), " (BROADCAST): ", RankName(rank), " names root ",
-        header.root(), " but ", RankName(first_rank_), " names root ", root_));
-  }
-  if (op_ == v1::ALL_REDUCE && header.reduce() != reduce_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Describe(), " (ALL_REDUCE): ", RankName(rank),
-                     " reduces with ", ReduceOpName(header.reduce()), " but ",
-                     RankName(first_rank_), " with ", ReduceOpName(reduce_)));
-  }
-  if (absl::Status same = CompareFingerprints(
-          op_, first_rank_, first_fingerprint_, rank, fingerprint);
-      !same.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Describe(), " (", OpName(op_), "): ", same.message(), "; ",
-                     RankName(rank), ", ", RankName(first_rank_)));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status Round::ShutOutErrorLocked(int rank) const {
   return absl::FailedPreconditionError(absl::StrCat(
       Describe(), " closed at its quorum deadline of ",
@@ -159,15 +128,8 @@ absl::Status Round::AttachLocked(AttachRequest request,
         absl::StrCat(Describe(), ": ", RankName(rank),
                      " already has a stream in this round"));
   }
-  absl::Status valid = absl::OkStatus();
-  if (first_rank_ >= 0) {
-    valid = CheckHeaderLocked(rank, header, fingerprint);
-  } else if (header.op() == v1::BROADCAST &&
-             header.root() >= static_cast<uint32_t>(world_)) {
-    valid = absl::InvalidArgumentError(
-        absl::StrCat(Describe(), ": ", RankName(rank), " broadcasts from root ",
-                     header.root(), ", out of range for world size ", world_));
-  } else if (header.op() == v1::ALL_REDUCE) {
+  absl::Status valid = agreement_.Check(rank, header, fingerprint);
+  if (valid.ok() && !agreement_.Agreed() && header.op() == v1::ALL_REDUCE) {
     absl::StatusOr<std::unique_ptr<Reducer>> reducer = Reducer::Create(
         header.reduce(), fingerprint, world_, options_.max_chunk_bytes);
     if (reducer.ok()) {
@@ -178,13 +140,7 @@ absl::Status Round::AttachLocked(AttachRequest request,
           Describe(), ": ", RankName(rank), ": ", reducer.status().message()));
     }
   }
-  if (valid.ok() && header.op() == v1::ALL_REDUCE &&
-      header.reduce() == v1::WEIGHTED_MEAN &&
-      !(header.weight() > 0 && std::isfinite(header.weight()))) {
-    valid = absl::InvalidArgumentError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " declares weight ", header.weight(),
-        "; WEIGHTED_MEAN needs a positive example count"));
-  }
+  if (valid.ok()) valid = agreement_.CheckWeight(rank, header);
   if (!valid.ok()) {
     FailLocked(valid, callbacks);
     return valid;
@@ -194,28 +150,23 @@ absl::Status Round::AttachLocked(AttachRequest request,
                       callbacks)) {
     return status_;
   }
-  if (first_rank_ < 0) {
-    op_ = header.op();
-    root_ = header.root();
-    reduce_ = header.reduce();
-    first_rank_ = rank;
-    first_fingerprint_ = fingerprint;
-  }
-  if (op_ == v1::ALL_REDUCE) weights_[rank] = header.weight();
-  const bool sends = op_ != v1::BROADCAST || rank == static_cast<int>(root_);
+  const double weight = header.weight();
+  agreement_.Accept(rank, std::move(request.header),
+                    std::move(request.fingerprint));
+  if (agreement_.op() == v1::ALL_REDUCE) weights_[rank] = weight;
+  const bool sends = agreement_.op() != v1::BROADCAST ||
+                     rank == static_cast<int>(agreement_.root());
   state.phase = RankPhase::kStreaming;
   state.peer = std::move(request.peer);
   state.stream = std::move(request.stream);
   state.expected_bytes = request.upload_bytes;
-  state.fingerprint = std::move(request.fingerprint);
-  state.header = std::move(request.header);
   ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
   started.bytes = state.expected_bytes;
   DeferEvent(options_.events, std::move(started), callbacks);
   // The header goes to every other rank ahead of this rank's chunks, so an
   // ALL_GATHER_V receiver learns the part's shape before its bytes. A
   // broadcast's non-roots and an all_reduce's ranks need no one's header.
-  if (sends && op_ != v1::ALL_REDUCE) {
+  if (sends && agreement_.op() != v1::ALL_REDUCE) {
     const int64_t header_bytes =
         static_cast<int64_t>(request.header_frame.Length());
     Append(rank, std::move(request.header_frame), header_bytes, callbacks);
@@ -224,12 +175,9 @@ absl::Status Round::AttachLocked(AttachRequest request,
   return absl::OkStatus();
 }
 
-absl::Status Round::EquivocationLocked(int rank, absl::string_view what,
+absl::Status Round::EquivocationLocked(int rank,
+                                       const absl::Status& equivocation,
                                        PendingCallbacks* callbacks) {
-  const absl::Status equivocation = absl::InvalidArgumentError(absl::StrCat(
-      Describe(), ": ", RankName(rank), " resumed its contribution with ", what,
-      " than it first sent; one round key cannot carry two "
-      "contributions (equivocation)"));
   ServerEvent event = MakeEvent(EventKind::kEquivocation, rank);
   event.status = equivocation;
   DeferEvent(options_.events, std::move(event), callbacks);
@@ -258,7 +206,6 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(AttachRequest request,
   absl::StatusOr<Sha256Digest> declared =
       CheckSameContributionLocked(request, callbacks);
   if (!declared.ok()) return declared.status();
-  state.declared_digest = *declared;
   FG_RETURN_IF_ERROR(CheckRestoredFramesLocked(rank, frames, callbacks));
   absl::StatusOr<int64_t> resent = ReclaimLocked(rank, frames, callbacks);
   if (!resent.ok()) return resent.status();
@@ -306,27 +253,12 @@ absl::Status Round::CheckResumableLocked(int rank) {
 
 absl::StatusOr<Sha256Digest> Round::CheckSameContributionLocked(
     const AttachRequest& request, PendingCallbacks* callbacks) {
-  const int rank = request.rank;
-  const RankState& state = ranks_[rank];
-  const v1::CollectiveHeader& header = request.header;
-  // The same key must carry the same contribution.
-  const v1::CollectiveHeader& first = state.header;
-  if (request.fingerprint != state.fingerprint || header.op() != first.op() ||
-      header.root() != first.root() || header.reduce() != first.reduce() ||
-      header.weight() != first.weight()) {
-    return EquivocationLocked(rank, "a different header", callbacks);
-  }
-  Sha256Digest declared;
-  if (!DigestFromBytes(header.contribution_sha256(), &declared)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(), ": ", RankName(rank),
-        " resumed without contribution_sha256; a resumed header must carry "
-        "the contribution's 32-byte SHA-256"));
-  }
-  if ((state.digest.has_value() && declared != *state.digest) ||
-      (state.declared_digest.has_value() &&
-       declared != *state.declared_digest)) {
-    return EquivocationLocked(rank, "different bytes", callbacks);
+  bool equivocation = false;
+  absl::StatusOr<Sha256Digest> declared =
+      agreement_.CheckResume(request.rank, request.header, request.fingerprint,
+                             ranks_[request.rank].digest, &equivocation);
+  if (!declared.ok() && equivocation) {
+    return EquivocationLocked(request.rank, declared.status(), callbacks);
   }
   return declared;
 }
@@ -519,9 +451,11 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   if (finished()) return;
   RankState& state = ranks_[rank];
   if (state.digest.has_value()) return;
-  if (state.declared_digest.has_value() && digest != *state.declared_digest) {
+  if (agreement_.DeclaredOther(rank, digest)) {
     // The round fails on every rank; the uploader learns it from its stream.
-    EquivocationLocked(rank, "different bytes", callbacks).IgnoreError();
+    EquivocationLocked(
+        rank, agreement_.EquivocationError(rank, "different bytes"), callbacks)
+        .IgnoreError();
     return;
   }
   if (recorder_ != nullptr &&
@@ -539,10 +473,12 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
 
 void Round::CompleteLocked(PendingCallbacks* callbacks) {
   complete_ = true;
-  if (op_ == v1::ALL_REDUCE) result_digest_ = result_hasher_.Finish();
+  if (agreement_.op() == v1::ALL_REDUCE)
+    result_digest_ = result_hasher_.Finish();
   commit_frame_ = CommitFrameLocked();
   ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
-  if (op_ == v1::ALL_REDUCE) committed.sha256_hex = DigestToHex(result_digest_);
+  if (agreement_.op() == v1::ALL_REDUCE)
+    committed.sha256_hex = DigestToHex(result_digest_);
   std::vector<std::string> shut_out;
   for (int r = 0; r < world_; ++r) {
     if (ranks_[r].phase == RankPhase::kShutOut) {
@@ -583,7 +519,7 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
     digest->set_sha256(ranks_[r].digest->data(), ranks_[r].digest->size());
     digest->set_bytes(ranks_[r].received_bytes);
   }
-  if (op_ == v1::ALL_REDUCE) {
+  if (agreement_.op() == v1::ALL_REDUCE) {
     commit->set_result_sha256(result_digest_.data(), result_digest_.size());
   }
   return EncodeFrame(frame);
@@ -824,10 +760,11 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
                callbacks);
     return;
   }
-  if (op_ == v1::BROADCAST && !ranks_[root_].Started()) {
-    FailLocked(absl::DeadlineExceededError(
-                   absl::StrCat(why, ", but not the broadcast's root ",
-                                RankName(root_), "; ", ProgressLocked())),
+  if (agreement_.op() == v1::BROADCAST &&
+      !ranks_[agreement_.root()].Started()) {
+    FailLocked(absl::DeadlineExceededError(absl::StrCat(
+                   why, ", but not the broadcast's root ",
+                   RankName(agreement_.root()), "; ", ProgressLocked())),
                callbacks);
     return;
   }

@@ -40,6 +40,7 @@
 #include "common/frame_codec.h"
 #include "common/sha256.h"
 #include "fedgather/v1/fedgather.pb.h"
+#include "server/control/round_agreement.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/events/server_counters.h"
@@ -315,10 +316,6 @@ class Round {
     // waiting for the stream that resumes it.
     absl::Time detached_at;
     Sha256 upload_hasher;
-    Fingerprint fingerprint;      // as its header declared; a resume must match
-    v1::CollectiveHeader header;  // its first header, for the same check
-    // The contribution's SHA-256 a resume declared.
-    std::optional<Sha256Digest> declared_digest;
     // After a restore, until the rank resumes: the frames the replayed log
     // holds for it (-1 otherwise).
     int64_t restored_frames = -1;
@@ -342,10 +339,6 @@ class Round {
   // HeldLocked is what counts against max_buffered_bytes: frames in the log
   // and the reduction's accumulators.
   int64_t HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CheckHeaderLocked checks a later rank's header against the first's.
-  absl::Status CheckHeaderLocked(int rank, const v1::CollectiveHeader& header,
-                                 const Fingerprint& fingerprint) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string RankName(int rank) const;
   // Append adds a frame uploaded by `rank` for every other rank, or, with
   // rank kEveryRank, a result frame for every rank.
@@ -410,8 +403,9 @@ class Round {
   // ShutOutErrorLocked is what a rank a quorum round closed without gets.
   absl::Status ShutOutErrorLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // EquivocationLocked fails the round for `rank`'s conflicting `what`.
-  absl::Status EquivocationLocked(int rank, absl::string_view what,
+  // EquivocationLocked reports `rank`'s `equivocation` (RoundAgreement's
+  // status) and fails the round with it, which it returns.
+  absl::Status EquivocationLocked(int rank, const absl::Status& equivocation,
                                   PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status, PendingCallbacks* callbacks)
@@ -437,18 +431,16 @@ class Round {
 
   mutable absl::Mutex mu_;
   std::unique_ptr<RoundRecorder> recorder_ ABSL_GUARDED_BY(mu_);  // or null
+  // What the ranks agreed on (op, root, reduction, fingerprint) and the
+  // equivocation checks: the control part, which knows no log.
+  RoundAgreement agreement_ ABSL_GUARDED_BY(mu_);
   bool first_chunk_seen_ ABSL_GUARDED_BY(mu_) = false;
-  v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
-  int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
-  uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;  // BROADCAST's sender
-  // ALL_REDUCE: the reduction, each rank's weight, the hash of the result
+  // ALL_REDUCE: the reducer, each rank's weight, the hash of the result
   // frames in the order they were made.
-  v1::ReduceOp reduce_ ABSL_GUARDED_BY(mu_) = v1::REDUCE_UNSPECIFIED;
   std::unique_ptr<Reducer> reducer_ ABSL_GUARDED_BY(mu_);
   std::vector<double> weights_ ABSL_GUARDED_BY(mu_);
   Sha256 result_hasher_ ABSL_GUARDED_BY(mu_);
   Sha256Digest result_digest_ ABSL_GUARDED_BY(mu_){};
-  Fingerprint first_fingerprint_ ABSL_GUARDED_BY(mu_);
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   FanOutLog log_ ABSL_GUARDED_BY(mu_);
   // Handing a commit to a stream is not delivering it: a stream may break

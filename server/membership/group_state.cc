@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/bounded_text.h"
+#include "server/relay/journal_recorder.h"
 #include "server/relay/round_restore.h"
 
 namespace fedgather::server {
@@ -541,15 +542,15 @@ absl::Status GroupState::StateErrorLocked(const absl::Status& error) const {
 
 absl::StatusOr<std::shared_ptr<Round>> GroupState::NewRoundLocked(
     uint64_t seq, absl::Time now) {
-  std::unique_ptr<JournalFile> journal;
+  std::unique_ptr<RoundRecorder> recorder;
   if (journal_ != nullptr) {
     absl::StatusOr<std::unique_ptr<JournalFile>> created =
         journal_->CreateRoundJournal(seq);
     if (!created.ok()) return created.status();
-    journal = *std::move(created);
+    recorder = std::make_unique<JournalRecorder>(*std::move(created));
   }
   return std::make_shared<Round>(RoundOptionsLocked(seq, now),
-                                 std::move(journal));
+                                 std::move(recorder));
 }
 
 RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {

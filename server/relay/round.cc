@@ -1,7 +1,6 @@
 #include "server/relay/round.h"
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
 #include <utility>
 
@@ -14,38 +13,24 @@
 
 namespace fedgather::server {
 
-Round::Round(RoundOptions options, std::unique_ptr<JournalFile> journal)
+Round::Round(RoundOptions options, std::unique_ptr<RoundRecorder> recorder)
     : options_(std::move(options)),
       world_(static_cast<int>(options_.identities.size())),
-      journal_(std::move(journal)),
+      recorder_(std::move(recorder)),
+      agreement_(Describe(), options_.identities),
       ranks_(options_.identities.size()),
+      log_(FanOutLogOptions{world_, options_.max_buffered_bytes,
+                            options_.resume_grace > absl::ZeroDuration(),
+                            options_.resume_window_bytes}),
       contributors_(world_) {}
 
-bool Round::JournalLocked(RoundRecord kind, int rank,
-                          const grpc::ByteBuffer& payload,
-                          PendingCallbacks* callbacks) {
-  if (journal_ == nullptr) return true;
-  return JournaledLocked(journal_->Append(static_cast<uint8_t>(kind),
-                                          static_cast<uint32_t>(rank), payload),
-                         callbacks);
-}
-
-bool Round::JournalLocked(RoundRecord kind, int rank, absl::string_view payload,
-                          bool sync, PendingCallbacks* callbacks) {
-  if (journal_ == nullptr) return true;
-  absl::Status written = journal_->Append(static_cast<uint8_t>(kind),
-                                          static_cast<uint32_t>(rank), payload);
-  if (written.ok() && sync) written = journal_->Sync();
-  return JournaledLocked(written, callbacks);
-}
-
-bool Round::JournaledLocked(const absl::Status& written,
-                            PendingCallbacks* callbacks) {
-  if (written.ok()) return true;
+bool Round::RecordedLocked(const absl::Status& recorded,
+                           PendingCallbacks* callbacks) {
+  if (recorded.ok()) return true;
   FailLocked(absl::Status(
-                 written.code(),
+                 recorded.code(),
                  absl::StrCat(Describe(), ": the server could not journal it: ",
-                              written.message())),
+                              recorded.message())),
              callbacks);
   return false;
 }
@@ -61,12 +46,12 @@ std::string Round::RankName(int rank) const {
 
 int64_t Round::BufferedBytes() const {
   absl::MutexLock lock(&mu_);
-  return buffered_bytes_;
+  return log_.BufferedBytes();
 }
 
 int64_t Round::TailBytes() const {
   absl::MutexLock lock(&mu_);
-  return tail_bytes_;
+  return log_.TailBytes();
 }
 
 ServerEvent Round::MakeEvent(EventKind kind, int rank) const {
@@ -75,7 +60,7 @@ ServerEvent Round::MakeEvent(EventKind kind, int rank) const {
   event.group = options_.group;
   event.epoch = options_.epoch;
   event.seq = options_.seq;
-  event.op = op_;
+  event.op = agreement_.op();
   event.rank = rank;
   if (rank >= 0) {
     event.identity = options_.identities[rank];
@@ -89,12 +74,12 @@ Round::Progress Round::GetProgress() const {
   Progress progress;
   progress.seq = options_.seq;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].attached) progress.started.push_back(r);
-    if (ranks_[r].ended) progress.complete.push_back(r);
+    if (ranks_[r].Started()) progress.started.push_back(r);
+    if (ranks_[r].digest.has_value()) progress.complete.push_back(r);
     progress.bytes_in.push_back(ranks_[r].received_bytes);
     progress.bytes_out.push_back(ranks_[r].sent_bytes);
   }
-  progress.buffered_bytes = buffered_bytes_;
+  progress.buffered_bytes = log_.BufferedBytes();
   progress.deadline = options_.deadline;
   return progress;
 }
@@ -108,39 +93,8 @@ void Round::Wake(int rank, PendingCallbacks* callbacks) {
 
 void Round::WakeAll(PendingCallbacks* callbacks) {
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].attached) Wake(r, callbacks);
+    if (ranks_[r].Started()) Wake(r, callbacks);
   }
-}
-
-absl::Status Round::CheckHeaderLocked(int rank,
-                                      const v1::CollectiveHeader& header,
-                                      const Fingerprint& fingerprint) const {
-  const v1::Op op = header.op();
-  if (op != op_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " called ", OpName(op), " but ",
-        RankName(first_rank_), " called ", OpName(op_),
-        "; the ranks are calling collectives in a different order"));
-  }
-  if (op_ == v1::BROADCAST && header.root() != root_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(), " (BROADCAST): ", RankName(rank), " names root ",
-        header.root(), " but ", RankName(first_rank_), " names root ", root_));
-  }
-  if (op_ == v1::ALL_REDUCE && header.reduce() != reduce_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Describe(), " (ALL_REDUCE): ", RankName(rank),
-                     " reduces with ", ReduceOpName(header.reduce()), " but ",
-                     RankName(first_rank_), " with ", ReduceOpName(reduce_)));
-  }
-  if (absl::Status same = CompareFingerprints(
-          op_, first_rank_, first_fingerprint_, rank, fingerprint);
-      !same.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(Describe(), " (", OpName(op_), "): ", same.message(), "; ",
-                     RankName(rank), ", ", RankName(first_rank_)));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status Round::ShutOutErrorLocked(int rank) const {
@@ -152,44 +106,30 @@ absl::Status Round::ShutOutErrorLocked(int rank) const {
       options_.seq + 1));
 }
 
-absl::Status Round::Attach(int rank, const std::string& peer,
-                           const v1::CollectiveHeader& header,
-                           const Fingerprint& fingerprint,
-                           grpc::ByteBuffer header_frame,
-                           std::weak_ptr<RoundStream> stream,
-                           PendingCallbacks* callbacks) {
+absl::Status Round::Attach(AttachRequest request, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  return AttachLocked(rank, peer, header, fingerprint, std::move(header_frame),
-                      std::move(stream), callbacks);
+  return AttachLocked(std::move(request), callbacks);
 }
 
-absl::Status Round::AttachLocked(int rank, const std::string& peer,
-                                 const v1::CollectiveHeader& header,
-                                 const Fingerprint& fingerprint,
-                                 grpc::ByteBuffer header_frame,
-                                 std::weak_ptr<RoundStream> stream,
+absl::Status Round::AttachLocked(AttachRequest request,
                                  PendingCallbacks* callbacks) {
+  const int rank = request.rank;
+  const v1::CollectiveHeader& header = request.header;
+  const Fingerprint& fingerprint = request.fingerprint;
   if (!status_.ok()) return status_;
   RankState& state = ranks_[rank];
-  if (state.shut_out) return ShutOutErrorLocked(rank);
+  if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
   if (complete_) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), " has already completed"));
   }
-  if (state.attached) {
+  if (state.Started()) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), ": ", RankName(rank),
                      " already has a stream in this round"));
   }
-  absl::Status valid = absl::OkStatus();
-  if (first_rank_ >= 0) {
-    valid = CheckHeaderLocked(rank, header, fingerprint);
-  } else if (header.op() == v1::BROADCAST &&
-             header.root() >= static_cast<uint32_t>(world_)) {
-    valid = absl::InvalidArgumentError(
-        absl::StrCat(Describe(), ": ", RankName(rank), " broadcasts from root ",
-                     header.root(), ", out of range for world size ", world_));
-  } else if (header.op() == v1::ALL_REDUCE) {
+  absl::Status valid = agreement_.Check(rank, header, fingerprint);
+  if (valid.ok() && !agreement_.Agreed() && header.op() == v1::ALL_REDUCE) {
     absl::StatusOr<std::unique_ptr<Reducer>> reducer = Reducer::Create(
         header.reduce(), fingerprint, world_, options_.max_chunk_bytes);
     if (reducer.ok()) {
@@ -200,55 +140,44 @@ absl::Status Round::AttachLocked(int rank, const std::string& peer,
           Describe(), ": ", RankName(rank), ": ", reducer.status().message()));
     }
   }
-  if (valid.ok() && header.op() == v1::ALL_REDUCE &&
-      header.reduce() == v1::WEIGHTED_MEAN &&
-      !(header.weight() > 0 && std::isfinite(header.weight()))) {
-    valid = absl::InvalidArgumentError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " declares weight ", header.weight(),
-        "; WEIGHTED_MEAN needs a positive example count"));
-  }
+  if (valid.ok()) valid = agreement_.CheckWeight(rank, header);
   if (!valid.ok()) {
     FailLocked(valid, callbacks);
     return valid;
   }
-  if (!JournalLocked(RoundRecord::kAttach, rank, header_frame, callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Attached(rank, request.header_frame),
+                      callbacks)) {
     return status_;
   }
-  if (first_rank_ < 0) {
-    op_ = header.op();
-    root_ = header.root();
-    reduce_ = header.reduce();
-    first_rank_ = rank;
-    first_fingerprint_ = fingerprint;
-  }
-  if (op_ == v1::ALL_REDUCE) weights_[rank] = header.weight();
-  state.attached = true;
-  state.peer = peer;
-  state.stream = std::move(stream);
-  state.fingerprint = fingerprint;
-  state.header = header;
-  const bool sends = op_ != v1::BROADCAST || rank == static_cast<int>(root_);
-  state.expected_bytes = sends ? ContributionBytes(fingerprint).value() : 0;
+  const double weight = header.weight();
+  agreement_.Accept(rank, std::move(request.header),
+                    std::move(request.fingerprint));
+  if (agreement_.op() == v1::ALL_REDUCE) weights_[rank] = weight;
+  const bool sends = agreement_.op() != v1::BROADCAST ||
+                     rank == static_cast<int>(agreement_.root());
+  state.phase = RankPhase::kStreaming;
+  state.peer = std::move(request.peer);
+  state.stream = std::move(request.stream);
+  state.expected_bytes = request.upload_bytes;
   ServerEvent started = MakeEvent(EventKind::kContributionStarted, rank);
   started.bytes = state.expected_bytes;
   DeferEvent(options_.events, std::move(started), callbacks);
   // The header goes to every other rank ahead of this rank's chunks, so an
   // ALL_GATHER_V receiver learns the part's shape before its bytes. A
   // broadcast's non-roots and an all_reduce's ranks need no one's header.
-  if (sends && op_ != v1::ALL_REDUCE) {
-    const int64_t header_bytes = static_cast<int64_t>(header_frame.Length());
-    Append(rank, std::move(header_frame), header_bytes, callbacks);
+  if (sends && agreement_.op() != v1::ALL_REDUCE) {
+    const int64_t header_bytes =
+        static_cast<int64_t>(request.header_frame.Length());
+    Append(rank, std::move(request.header_frame), header_bytes, callbacks);
   }
   Wake(rank, callbacks);
   return absl::OkStatus();
 }
 
-absl::Status Round::EquivocationLocked(int rank, absl::string_view what,
+absl::Status Round::EquivocationLocked(int rank,
+                                       const absl::Status& equivocation,
                                        PendingCallbacks* callbacks) {
-  const absl::Status equivocation = absl::InvalidArgumentError(absl::StrCat(
-      Describe(), ": ", RankName(rank), " resumed its contribution with ", what,
-      " than it first sent; one round key cannot carry two "
-      "contributions (equivocation)"));
   ServerEvent event = MakeEvent(EventKind::kEquivocation, rank);
   event.status = equivocation;
   DeferEvent(options_.events, std::move(event), callbacks);
@@ -256,161 +185,138 @@ absl::Status Round::EquivocationLocked(int rank, absl::string_view what,
   return equivocation;
 }
 
-absl::StatusOr<Round::ResumePoint> Round::Resume(
-    int rank, const std::string& peer, const v1::CollectiveHeader& header,
-    const Fingerprint& fingerprint, grpc::ByteBuffer header_frame,
-    std::weak_ptr<RoundStream> stream, PendingCallbacks* callbacks) {
+absl::StatusOr<Round::ResumePoint> Round::Resume(AttachRequest request,
+                                                 PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
+  const int rank = request.rank;
+  const uint64_t frames = request.header.frames_received();
   RankState& state = ranks_[rank];
-  if (state.shut_out) return ShutOutErrorLocked(rank);
-  if (!state.attached) {  // the first header never arrived
-    if (header.frames_received() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " resumes after ",
-          header.frames_received(), " frames but never had a stream"));
+  if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
+  if (!state.Started()) {  // the first header never arrived
+    if (frames != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(Describe(), ": ", RankName(rank), " resumes after ",
+                       frames, " frames but never had a stream"));
     }
-    FG_RETURN_IF_ERROR(AttachLocked(rank, peer, header, fingerprint,
-                                    std::move(header_frame), std::move(stream),
-                                    callbacks));
+    FG_RETURN_IF_ERROR(AttachLocked(std::move(request), callbacks));
     return ResumePoint{};
   }
-  if (state.lost) {
+  FG_RETURN_IF_ERROR(CheckResumableLocked(rank));
+  absl::StatusOr<Sha256Digest> declared =
+      CheckSameContributionLocked(request, callbacks);
+  if (!declared.ok()) return declared.status();
+  FG_RETURN_IF_ERROR(CheckRestoredFramesLocked(rank, frames, callbacks));
+  absl::StatusOr<int64_t> resent = ReclaimLocked(rank, frames, callbacks);
+  if (!resent.ok()) return resent.status();
+  state.phase = RankPhase::kStreaming;
+  state.peer = std::move(request.peer);
+  state.stream = std::move(request.stream);
+  state.write_in_flight = false;
+  state.read_paused = false;  // a new stream reads until it is paused
+  ResumePoint point;
+  point.upload_bytes = state.received_bytes;
+  point.upload_ended = state.digest.has_value();
+  point.hasher = std::move(state.upload_hasher);
+  ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
+  resumed.details = {{"frames_received", absl::StrCat(frames)},
+                     {"upload_bytes", absl::StrCat(point.upload_bytes)},
+                     {"download_bytes_resent", absl::StrCat(*resent)}};
+  DeferEvent(options_.events, std::move(resumed), callbacks);
+  Wake(rank, callbacks);
+  return point;
+}
+
+absl::Status Round::CheckResumableLocked(int rank) {
+  RankState& state = ranks_[rank];
+  if (state.phase == RankPhase::kLost) {
     return absl::UnavailableError(
         absl::StrCat(Describe(), ": ", RankName(rank),
                      " did not resume its collective stream within ",
                      absl::FormatDuration(options_.resume_grace)));
   }
-  if (!state.detached && state.commit_sent && state.stream.expired()) {
+  if (state.phase == RankPhase::kCommitSent && state.stream.expired()) {
     // Its stream finished with the commit, but the client resumes: the
     // commit did not arrive. Resume it like a broken stream.
     TakeBackCommitLocked(state);
-    state.detached = true;
+    state.phase = RankPhase::kDetached;
   }
-  if (!state.detached) {
+  if (state.phase != RankPhase::kDetached) {
     absl::Status retry = absl::UnavailableError(
         absl::StrCat(Describe(), ": ", RankName(rank),
                      "'s previous stream is still open; retry"));
     retry.SetPayload(kRetryPayload, absl::Cord("1"));
     return retry;
   }
-  // The same key must carry the same contribution.
-  const v1::CollectiveHeader& first = state.header;
-  if (fingerprint != state.fingerprint || header.op() != first.op() ||
-      header.root() != first.root() || header.reduce() != first.reduce() ||
-      header.weight() != first.weight()) {
-    return EquivocationLocked(rank, "a different header", callbacks);
-  }
-  Sha256Digest declared;
-  if (!DigestFromBytes(header.contribution_sha256(), &declared)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(), ": ", RankName(rank),
-        " resumed without contribution_sha256; a resumed header must carry "
-        "the contribution's 32-byte SHA-256"));
-  }
-  if ((state.ended && declared != state.digest) ||
-      (state.has_declared_digest && declared != state.declared_digest)) {
-    return EquivocationLocked(rank, "different bytes", callbacks);
-  }
-  state.has_declared_digest = true;
-  state.declared_digest = declared;
-  if (state.restored_frames >= 0) {
-    if (static_cast<int64_t>(header.frames_received()) >
-        state.restored_frames) {
-      const absl::Status lost = absl::DataLossError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " resumes after ",
-          header.frames_received(), " frames, but the server's journal held ",
-          state.restored_frames,
-          " for it after the restart (frames that had not reached the disk "
-          "were lost); run the collective again"));
-      FailLocked(lost, callbacks);
-      return lost;
-    }
-    state.restored_frames = -1;
-  }
-  // Find the first frame the client lacks: the frames sent to this rank are
-  // the log's entries from other ranks, in order.
-  uint64_t seen = 0;
-  size_t cursor = 0;
-  for (; cursor < log_.size() && seen < header.frames_received(); ++cursor) {
-    if (log_[cursor].source_rank != rank) ++seen;
-  }
-  if (seen < header.frames_received()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        Describe(), ": ", RankName(rank), " resumes after ",
-        header.frames_received(), " frames, more than it was sent"));
-  }
-  // A write the old stream had in flight may have arrived: the client has
-  // it, so its claim goes.
-  for (size_t i = state.cursor; i < cursor; ++i) {
-    LogEntry& entry = log_[i];
-    if (entry.source_rank != rank && --entry.pending_writes == 0) {
-      Release(entry, callbacks);
-    }
-  }
-  // Frames the old stream wrote but the client never got: claim them
-  // again, from the tail.
-  int64_t resent = 0;
-  for (size_t i = cursor; i < state.cursor; ++i) {
-    LogEntry& entry = log_[i];
-    if (entry.source_rank == rank) continue;
-    if (entry.frame.Length() == 0 && !entry.spilled) {
-      const absl::Status gone = absl::UnavailableError(absl::StrCat(
-          Describe(), ": ", RankName(rank), " resumed after ",
-          header.frames_received(),
-          " frames, but the frames after those were already released (the "
-          "resume window is ",
-          options_.resume_window_bytes, " bytes)"));
-      FailLocked(gone, callbacks);
-      return gone;
-    }
-    if (entry.in_tail) {
-      entry.in_tail = false;
-      tail_bytes_ -= entry.bytes;
-      buffered_bytes_ += entry.bytes;
-    }
-    ++entry.pending_writes;
-    resent += FrameBytes(entry);
-  }
-  state.detached = false;
-  state.peer = peer;
-  state.stream = std::move(stream);
-  state.cursor = cursor;
-  state.write_in_flight = false;
-  state.read_paused = false;  // a new stream reads until it is paused
-  ResumePoint point;
-  point.upload_bytes = state.received_bytes;
-  point.upload_ended = state.ended;
-  point.hasher = std::move(state.upload_hasher);
-  ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
-  resumed.details = {
-      {"frames_received", absl::StrCat(header.frames_received())},
-      {"upload_bytes", absl::StrCat(point.upload_bytes)},
-      {"download_bytes_resent", absl::StrCat(resent)}};
-  DeferEvent(options_.events, std::move(resumed), callbacks);
-  Wake(rank, callbacks);
-  return point;
+  return absl::OkStatus();
 }
 
-void Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
+absl::StatusOr<Sha256Digest> Round::CheckSameContributionLocked(
+    const AttachRequest& request, PendingCallbacks* callbacks) {
+  bool equivocation = false;
+  absl::StatusOr<Sha256Digest> declared =
+      agreement_.CheckResume(request.rank, request.header, request.fingerprint,
+                             ranks_[request.rank].digest, &equivocation);
+  if (!declared.ok() && equivocation) {
+    return EquivocationLocked(request.rank, declared.status(), callbacks);
+  }
+  return declared;
+}
+
+absl::Status Round::CheckRestoredFramesLocked(int rank, uint64_t frames,
+                                              PendingCallbacks* callbacks) {
+  RankState& state = ranks_[rank];
+  if (state.restored_frames < 0) return absl::OkStatus();
+  if (static_cast<int64_t>(frames) > state.restored_frames) {
+    const absl::Status lost = absl::DataLossError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " resumes after ", frames,
+        " frames, but the server's journal held ", state.restored_frames,
+        " for it after the restart (frames that had not reached the disk "
+        "were lost); run the collective again"));
+    FailLocked(lost, callbacks);
+    return lost;
+  }
+  state.restored_frames = -1;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Round::ReclaimLocked(int rank, uint64_t frames,
+                                             PendingCallbacks* callbacks) {
+  const std::optional<size_t> cursor = log_.ResumeCursor(rank, frames);
+  if (!cursor.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Describe(), ": ", RankName(rank), " resumes after ",
+                     frames, " frames, more than it was sent"));
+  }
+  bool released = false;
+  const std::optional<int64_t> resent = log_.Reclaim(rank, *cursor, &released);
+  if (released) ResumeReadersLocked(callbacks);
+  if (!resent.has_value()) {
+    const absl::Status gone = absl::UnavailableError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " resumed after ", frames,
+        " frames, but the frames after those were already released (the "
+        "resume window is ",
+        options_.resume_window_bytes, " bytes)"));
+    FailLocked(gone, callbacks);
+    return gone;
+  }
+  return *resent;
+}
+
+bool Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
                    PendingCallbacks* callbacks) {
   // Every contributor but the sender (all ranks until a quorum closes).
   const int receivers = rank == kEveryRank ? contributors_ : contributors_ - 1;
-  if (receivers == 0) return;
-  if (frame.Length() < kCompactFrameBytes) {
-    grpc::Slice flat;
-    if (frame.DumpToSingleSlice(&flat).ok()) frame = grpc::ByteBuffer(&flat, 1);
-  }
-  const int64_t charge = bytes + kFrameChargeBytes;
-  log_.push_back(LogEntry{rank, std::move(frame), charge, receivers});
-  buffered_bytes_ += charge;
+  if (!log_.Append(rank, std::move(frame), bytes, receivers)) return false;
   for (int r = 0; r < world_; ++r) {
-    if (r != rank && ranks_[r].attached) Wake(r, callbacks);
+    if (r != rank && ranks_[r].Started()) Wake(r, callbacks);
   }
+  return true;
 }
 
 int64_t Round::HeldLocked() const {
-  return buffered_bytes_ + (reducer_ != nullptr ? reducer_->HeldBytes() : 0);
+  return log_.BufferedBytes() +
+         (reducer_ != nullptr ? reducer_->HeldBytes() : 0);
 }
 
 bool Round::PauseIfFullLocked(int rank) {
@@ -431,8 +337,8 @@ void Round::CountReceivedLocked(int rank, int64_t bytes) {
 }
 
 bool Round::RoomForFrameLocked(int rank, PendingCallbacks* callbacks) {
-  const int64_t most = options_.max_buffered_bytes / kLogEntryBytes;
-  if (static_cast<int64_t>(log_.size()) < most) return true;
+  if (log_.HasRoom()) return true;
+  const int64_t most = log_.MaxFrames();
   FailLocked(
       absl::ResourceExhaustedError(absl::StrCat(
           Describe(), ": ", RankName(rank), " sent chunk ",
@@ -443,19 +349,22 @@ bool Round::RoomForFrameLocked(int rank, PendingCallbacks* callbacks) {
   return false;
 }
 
-void Round::AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
+bool Round::AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
                               int64_t payload_bytes,
                               PendingCallbacks* callbacks) {
   ++ranks_[rank].chunks;
   CountReceivedLocked(rank, payload_bytes);
-  Append(rank, std::move(frame), payload_bytes, callbacks);
+  return Append(rank, std::move(frame), payload_bytes, callbacks);
 }
 
 bool Round::OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                        PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished() || !RoomForFrameLocked(rank, callbacks)) return false;
-  if (!JournalLocked(RoundRecord::kChunk, rank, frame, callbacks)) return false;
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Chunk(rank, frame), callbacks)) {
+    return false;
+  }
   AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
   return PauseIfFullLocked(rank);
 }
@@ -464,51 +373,30 @@ void Round::ReplayChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
                         int64_t journal_offset, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished() || !RoomForFrameLocked(rank, callbacks)) return;
-  const size_t before = log_.size();
   const int64_t size = static_cast<int64_t>(frame.Length());
-  AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks);
-  if (log_.size() == before) return;  // nobody receives it
-  log_.back().journal_offset = journal_offset;
-  log_.back().journal_size = size;
-  SpillLocked();
-}
-
-void Round::SpillLocked() {
-  while (HeldLocked() > options_.max_buffered_bytes &&
-         spill_cursor_ < log_.size()) {
-    LogEntry& entry = log_[spill_cursor_++];
-    if (entry.journal_offset < 0 || entry.spilled ||
-        entry.pending_writes == 0) {
-      continue;
-    }
-    buffered_bytes_ -= entry.bytes;
-    entry.bytes = 0;
-    entry.frame.Clear();
-    entry.spilled = true;
+  if (!AcceptChunkLocked(rank, std::move(frame), payload_bytes, callbacks)) {
+    return;  // nobody receives it
   }
-}
-
-int64_t Round::FrameBytes(const LogEntry& entry) {
-  return entry.spilled ? entry.journal_size
-                       : static_cast<int64_t>(entry.frame.Length());
+  log_.MarkLastReplayed(journal_offset, size);
+  log_.Spill(reducer_ != nullptr ? reducer_->HeldBytes() : 0);
 }
 
 absl::StatusOr<grpc::ByteBuffer> Round::FrameLocked(
-    const LogEntry& entry) const {
+    const FanOutLog::Entry& entry) const {
   if (!entry.spilled) return entry.frame;  // shares the slices
-  if (journal_ == nullptr) {
+  if (recorder_ == nullptr) {
     return absl::InternalError("a replayed frame left memory with no journal");
   }
-  return journal_->ReadAt(entry.journal_offset, entry.journal_size);
+  return recorder_->ReadFrame(entry.journal_offset, entry.journal_size);
 }
 
-bool Round::OfferReduceChunk(int rank, const ChunkMeta& meta,
-                             const uint8_t* data, PendingCallbacks* callbacks) {
+bool Round::OfferReduceChunk(int rank, const grpc::ByteBuffer& frame,
+                             const ChunkMeta& meta, const uint8_t* data,
+                             PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return false;
-  if (journal_ != nullptr &&
-      !JournalLocked(RoundRecord::kChunk, rank, EncodeChunkFrame(meta, data),
-                     callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Chunk(rank, frame), callbacks)) {
     return false;
   }
   const int64_t size = static_cast<int64_t>(meta.size);
@@ -545,25 +433,7 @@ void Round::AppendResultLocked(int tensor, int64_t offset, std::string data,
          callbacks);
 }
 
-void Round::Release(LogEntry& entry, PendingCallbacks* callbacks) {
-  buffered_bytes_ -= entry.bytes;
-  if (options_.resume_grace > absl::ZeroDuration()) {
-    entry.in_tail = true;
-    tail_bytes_ += entry.bytes;
-    tail_.push_back(static_cast<size_t>(&entry - log_.data()));
-    while (tail_bytes_ > options_.resume_window_bytes && !tail_.empty()) {
-      LogEntry& oldest = log_[tail_.front()];
-      tail_.pop_front();
-      if (!oldest.in_tail) continue;  // a resume claimed it again
-      oldest.in_tail = false;
-      tail_bytes_ -= oldest.bytes;
-      oldest.bytes = 0;
-      oldest.frame.Clear();
-    }
-  } else {
-    entry.bytes = 0;
-    entry.frame.Clear();
-  }
+void Round::ResumeReadersLocked(PendingCallbacks* callbacks) {
   if (HeldLocked() >= options_.max_buffered_bytes) return;
   for (RankState& state : ranks_) {
     if (!state.read_paused) continue;
@@ -580,20 +450,18 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
   absl::MutexLock lock(&mu_);
   if (finished()) return;
   RankState& state = ranks_[rank];
-  if (state.ended) return;
-  if (state.has_declared_digest && digest != state.declared_digest) {
+  if (state.digest.has_value()) return;
+  if (agreement_.DeclaredOther(rank, digest)) {
     // The round fails on every rank; the uploader learns it from its stream.
-    EquivocationLocked(rank, "different bytes", callbacks).IgnoreError();
+    EquivocationLocked(
+        rank, agreement_.EquivocationError(rank, "different bytes"), callbacks)
+        .IgnoreError();
     return;
   }
-  if (!JournalLocked(
-          RoundRecord::kEnd, rank,
-          absl::string_view(reinterpret_cast<const char*>(digest.data()),
-                            digest.size()),
-          /*sync=*/true, callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->Ended(rank, digest), callbacks)) {
     return;
   }
-  state.ended = true;
   state.digest = digest;
   ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
   contributed.bytes = state.received_bytes;
@@ -605,18 +473,20 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
 
 void Round::CompleteLocked(PendingCallbacks* callbacks) {
   complete_ = true;
-  if (op_ == v1::ALL_REDUCE) result_digest_ = result_hasher_.Finish();
+  if (agreement_.op() == v1::ALL_REDUCE)
+    result_digest_ = result_hasher_.Finish();
   commit_frame_ = CommitFrameLocked();
   ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
-  if (op_ == v1::ALL_REDUCE) committed.sha256_hex = DigestToHex(result_digest_);
+  if (agreement_.op() == v1::ALL_REDUCE)
+    committed.sha256_hex = DigestToHex(result_digest_);
   std::vector<std::string> shut_out;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].shut_out) {
+    if (ranks_[r].phase == RankPhase::kShutOut) {
       shut_out.push_back(RankName(r));
       continue;
     }
     committed.contributions.push_back(ContributionDigest{
-        r, options_.identities[r], DigestToHex(ranks_[r].digest),
+        r, options_.identities[r], DigestToHex(*ranks_[r].digest),
         ranks_[r].received_bytes});
     committed.bytes += ranks_[r].received_bytes;
   }
@@ -642,14 +512,14 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
   commit->set_epoch(options_.epoch);
   commit->set_seq(options_.seq);
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].shut_out) continue;
+    if (ranks_[r].phase == RankPhase::kShutOut) continue;
     v1::RankDigest* digest = commit->add_contributions();
     digest->set_rank(r);
     digest->set_identity(options_.identities[r]);
-    digest->set_sha256(ranks_[r].digest.data(), ranks_[r].digest.size());
+    digest->set_sha256(ranks_[r].digest->data(), ranks_[r].digest->size());
     digest->set_bytes(ranks_[r].received_bytes);
   }
-  if (op_ == v1::ALL_REDUCE) {
+  if (agreement_.op() == v1::ALL_REDUCE) {
     commit->set_result_sha256(result_digest_.data(), result_digest_.size());
   }
   return EncodeFrame(frame);
@@ -665,7 +535,7 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
   }
   RankState& state = ranks_[rank];
   if (state.write_in_flight) return out;  // WriteDone has not run yet
-  if (state.lost) {
+  if (state.phase == RankPhase::kLost) {
     // The receiver is gone from a completed round: drop its claims on the
     // log so the frames can be released.
     DropClaimsLocked(rank, callbacks);
@@ -673,11 +543,8 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
     out.status = absl::CancelledError("the stream closed");
     return out;
   }
-  while (state.cursor < log_.size() && log_[state.cursor].source_rank == rank) {
-    ++state.cursor;
-  }
-  if (state.cursor < log_.size()) {
-    absl::StatusOr<grpc::ByteBuffer> frame = FrameLocked(log_[state.cursor]);
+  if (const FanOutLog::Entry* next = log_.Next(rank); next != nullptr) {
+    absl::StatusOr<grpc::ByteBuffer> frame = FrameLocked(*next);
     if (!frame.ok()) {
       FailLocked(absl::DataLossError(
                      absl::StrCat(Describe(), ": ", frame.status().message())),
@@ -691,8 +558,8 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
     out.frame = *std::move(frame);
     return out;
   }
-  if (complete_ && !state.commit_sent) {
-    state.commit_sent = true;
+  if (complete_ && state.phase == RankPhase::kStreaming) {
+    state.phase = RankPhase::kCommitSent;
     out.kind = Outgoing::Kind::kCommitAndFinish;
     out.frame = commit_frame_;
   }
@@ -700,40 +567,30 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
 }
 
 void Round::TakeBackCommitLocked(RankState& state) {
-  if (!state.commit_sent) return;
-  state.commit_sent = false;
+  if (state.phase != RankPhase::kCommitSent) return;
+  state.phase = RankPhase::kStreaming;
   all_commits_sent_at_.reset();
 }
 
 bool Round::SettledLocked(absl::Time now) {
   for (const RankState& state : ranks_) {
-    if (!state.shut_out && !state.commit_sent && !state.lost) return false;
+    if (state.phase != RankPhase::kShutOut &&
+        state.phase != RankPhase::kCommitSent &&
+        state.phase != RankPhase::kLost) {
+      return false;
+    }
   }
   if (!all_commits_sent_at_.has_value()) all_commits_sent_at_ = now;
   return now - *all_commits_sent_at_ >= options_.resume_grace;
 }
 
 void Round::ReleaseTailAfterGraceLocked(absl::Time now) {
-  if (tail_.empty() || !SettledLocked(now)) return;
-  for (size_t index : tail_) {
-    LogEntry& entry = log_[index];
-    if (!entry.in_tail) continue;
-    entry.in_tail = false;
-    entry.bytes = 0;
-    entry.frame.Clear();
-  }
-  tail_.clear();
-  tail_bytes_ = 0;
+  if (!log_.HasTail() || !SettledLocked(now)) return;
+  log_.ReleaseTail();
 }
 
 void Round::DropClaimsLocked(int rank, PendingCallbacks* callbacks) {
-  RankState& state = ranks_[rank];
-  for (; state.cursor < log_.size(); ++state.cursor) {
-    LogEntry& entry = log_[state.cursor];
-    if (entry.source_rank != rank && --entry.pending_writes == 0) {
-      Release(entry, callbacks);
-    }
-  }
+  if (log_.DropClaims(rank)) ResumeReadersLocked(callbacks);
 }
 
 void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
@@ -745,17 +602,17 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
   // A resumable stream that failed a write is about to be detached
   // (StreamLost); the frame stays claimed for the stream that resumes.
   if (!ok && options_.resume_grace > absl::ZeroDuration()) return;
-  LogEntry& entry = log_[state.cursor++];
+  bool released = false;
+  const int64_t bytes = log_.Written(rank, &released);
   if (ok) {
-    const int64_t bytes = FrameBytes(entry);
     state.sent_bytes += bytes;
     if (options_.metrics != nullptr) {
       options_.metrics->BytesOut(options_.group, bytes);
     }
   }
-  if (--entry.pending_writes == 0) Release(entry, callbacks);
-  if (!ok && !state.lost) {
-    state.lost = true;
+  if (released) ResumeReadersLocked(callbacks);
+  if (!ok && state.phase != RankPhase::kLost) {
+    state.phase = RankPhase::kLost;
     if (!complete_) {
       FailLocked(absl::UnavailableError(absl::StrCat(
                      Describe(), ": ", RankName(rank),
@@ -772,22 +629,24 @@ void Round::StreamLost(int rank, absl::string_view why, absl::Time now,
                        PendingCallbacks* callbacks, Sha256 hasher) {
   absl::MutexLock lock(&mu_);
   RankState& state = ranks_[rank];
-  if (state.lost || state.detached) return;
+  if (state.phase == RankPhase::kLost || state.phase == RankPhase::kDetached) {
+    return;
+  }
   const bool resumable = options_.resume_grace > absl::ZeroDuration();
   // Without resumes, a commit handed over is as good as delivered.
-  if (state.commit_sent && !resumable) return;
+  if (state.phase == RankPhase::kCommitSent && !resumable) return;
   if (resumable && status_.ok()) {
     // The commit, if handed over, may not have arrived: the rank may resume
     // and gets it again.
     TakeBackCommitLocked(state);
-    state.detached = true;
+    state.phase = RankPhase::kDetached;
     state.detached_at = now;
     state.write_in_flight = false;
     state.upload_hasher = std::move(hasher);
     state.stream.reset();
     return;
   }
-  state.lost = true;
+  state.phase = RankPhase::kLost;
   if (complete_) {
     // The stream calls into the round no more, so its claims on the frames
     // it did not write go now (else they stay counted and held until the
@@ -817,10 +676,7 @@ void Round::FailLocked(const absl::Status& status,
   if (finished()) return;
   // What every rank is told, the outcome kept and the event: bounded.
   status_ = BoundStatus(status);
-  for (LogEntry& entry : log_) entry.frame.Clear();
-  buffered_bytes_ = 0;
-  tail_.clear();
-  tail_bytes_ = 0;
+  log_.Clear();
   ServerEvent failed = MakeEvent(EventKind::kRoundFailed, -1);
   failed.status = status_;
   DeferEvent(options_.events, std::move(failed), callbacks);
@@ -838,9 +694,9 @@ std::string Round::ProgressLocked() const {
   std::vector<int> done;
   for (int r = 0; r < world_; ++r) {
     const RankState& state = ranks_[r];
-    if (state.ended) {
+    if (state.digest.has_value()) {
       done.push_back(r);
-    } else if (!state.attached) {
+    } else if (!state.Started()) {
       missing.push_back(absl::StrCat(RankName(r), ": not started"));
     } else {
       missing.push_back(absl::StrCat(RankName(r), ": ", state.received_bytes,
@@ -857,11 +713,11 @@ void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   for (int r = 0; r < world_ && status_.ok(); ++r) {
     RankState& state = ranks_[r];
-    if (!state.detached || now - state.detached_at < options_.resume_grace) {
+    if (state.phase != RankPhase::kDetached ||
+        now - state.detached_at < options_.resume_grace) {
       continue;
     }
-    state.detached = false;
-    state.lost = true;
+    state.phase = RankPhase::kLost;
     if (complete_) {
       DropClaimsLocked(r, callbacks);  // it will not come back for them
       continue;
@@ -890,7 +746,7 @@ void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
 void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   std::vector<int> started;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].attached) started.push_back(r);
+    if (ranks_[r].Started()) started.push_back(r);
   }
   const int count = static_cast<int>(started.size());
   if (count == world_) return;  // everyone is in: nothing to close
@@ -904,30 +760,30 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
                callbacks);
     return;
   }
-  if (op_ == v1::BROADCAST && !ranks_[root_].attached) {
-    FailLocked(absl::DeadlineExceededError(
-                   absl::StrCat(why, ", but not the broadcast's root ",
-                                RankName(root_), "; ", ProgressLocked())),
+  if (agreement_.op() == v1::BROADCAST &&
+      !ranks_[agreement_.root()].Started()) {
+    FailLocked(absl::DeadlineExceededError(absl::StrCat(
+                   why, ", but not the broadcast's root ",
+                   RankName(agreement_.root()), "; ", ProgressLocked())),
                callbacks);
     return;
   }
-  if (!JournalLocked(RoundRecord::kQuorumClosed, 0, "", /*sync=*/false,
-                     callbacks)) {
+  if (recorder_ != nullptr &&
+      !RecordedLocked(recorder_->QuorumClosed(), callbacks)) {
     return;
   }
   // The ranks that have not started are no longer receivers: drop their
   // claims on the log, and let the reduction finish without them.
   contributors_ = count;
   const int shut_out = world_ - count;
-  for (int r = 0; r < world_; ++r) ranks_[r].shut_out = !ranks_[r].attached;
-  for (LogEntry& entry : log_) {
-    if (entry.pending_writes == 0) continue;
-    entry.pending_writes -= shut_out;
-    if (entry.pending_writes == 0) Release(entry, callbacks);
+  for (RankState& state : ranks_) {
+    if (state.phase == RankPhase::kWaiting) state.phase = RankPhase::kShutOut;
   }
+  if (log_.DropReceivers(shut_out)) ResumeReadersLocked(callbacks);
   if (reducer_ != nullptr) {
     std::vector<bool> contributors(world_);
-    for (int r = 0; r < world_; ++r) contributors[r] = !ranks_[r].shut_out;
+    for (int r = 0; r < world_; ++r)
+      contributors[r] = ranks_[r].phase != RankPhase::kShutOut;
     for (Reducer::FinishedChunk& chunk :
          reducer_->CloseContributors(contributors)) {
       AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
@@ -937,37 +793,31 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   if (ended_count_ >= contributors_) CompleteLocked(callbacks);
 }
 
-}  // namespace fedgather::server
-
-namespace fedgather::server {
-
 void Round::CloseQuorum(PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (!finished() && contributors_ == world_) CloseQuorumLocked(callbacks);
 }
 
 void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
-                     std::unique_ptr<JournalFile> journal) {
+                     std::unique_ptr<RoundRecorder> recorder) {
   absl::MutexLock lock(&mu_);
-  journal_ = std::move(journal);
+  recorder_ = std::move(recorder);
   for (int r = 0; r < world_; ++r) {
     RankState& state = ranks_[r];
-    if (!state.attached) continue;
-    state.detached = true;
+    if (!state.Started()) continue;
+    state.phase = RankPhase::kDetached;
     state.detached_at = now;
     state.read_paused = false;
     state.upload_hasher = std::move(upload_hashers[r]);
-    state.restored_frames = 0;
-    for (const LogEntry& entry : log_) {
-      if (entry.source_rank != r) ++state.restored_frames;
-    }
+    state.restored_frames = log_.FramesFor(r);
   }
 }
 
 void Round::StartResumeGrace(absl::Time now) {
   absl::MutexLock lock(&mu_);
   for (RankState& state : ranks_) {
-    if (state.detached) state.detached_at = std::max(state.detached_at, now);
+    if (state.phase == RankPhase::kDetached)
+      state.detached_at = std::max(state.detached_at, now);
   }
 }
 

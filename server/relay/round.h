@@ -1,15 +1,15 @@
 // Round: the state machine of one collective (group, epoch, seq) on the
-// server. It owns the round's chunk log: every frame a rank uploads is kept
-// once, reference-counted, and each other rank's stream walks the log with
-// its own cursor (cut-through fan-out, no copy per receiver). A frame is
-// released when every receiver has written it. The memory the log holds is
-// bounded by RoundOptions::max_buffered_bytes: each frame is charged its
-// bytes plus kFrameChargeBytes for what holds it, and an uploader that pushes
-// the round past the limit is paused until receivers drain (backpressure).
-// The log's entries outlive their frames (a resume finds its place by them),
-// so a round takes at most max_buffered_bytes / kLogEntryBytes frames and
-// fails with RESOURCE_EXHAUSTED past that: tiny chunks cannot make a round
-// hold more than about twice the limit, plus the resume window. A round
+// server. It owns the round's chunk log (FanOutLog, fan_out_log.h): every frame
+// a rank uploads is kept once, reference-counted, and each other rank's stream
+// walks the log with its own cursor (cut-through fan-out, no copy per
+// receiver). A frame is released when every receiver has written it. The memory
+// the log holds is bounded by RoundOptions::max_buffered_bytes: each frame is
+// charged its bytes plus kFrameChargeBytes for what holds it, and an uploader
+// that pushes the round past the limit is paused until receivers drain
+// (backpressure). The log's entries outlive their frames (a resume finds its
+// place by them), so a round takes at most max_buffered_bytes / kLogEntryBytes
+// frames and fails with RESOURCE_EXHAUSTED past that: tiny chunks cannot make a
+// round hold more than about twice the limit, plus the resume window. A round
 // rebuilt from its journal after a restart (ReplayChunk) keeps to the same
 // limit: the oldest replayed frames leave memory and are read back from the
 // journal, for each receiver, when its stream needs them.
@@ -26,7 +26,6 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -41,38 +40,16 @@
 #include "common/frame_codec.h"
 #include "common/sha256.h"
 #include "fedgather/v1/fedgather.pb.h"
+#include "server/control/round_agreement.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/events/server_counters.h"
-#include "server/journal/journal_file.h"
+#include "server/relay/attach_request.h"
+#include "server/relay/fan_out_log.h"
 #include "server/relay/reducer.h"
+#include "server/relay/round_recorder.h"
 
 namespace fedgather::server {
-
-// The server end of one member's collective stream, as a round sees it.
-class RoundStream {
- public:
-  virtual ~RoundStream() = default;
-  // WakeWriter: the round may have something for this stream to send. The
-  // stream answers by calling Round::NextOutgoing when it is not writing.
-  virtual void WakeWriter() = 0;
-  // ResumeReading: the round has buffer room again for a paused uploader.
-  virtual void ResumeReading() = 0;
-};
-
-// The records a round journals, in the order they change its log, so that
-// RestoreRound can rebuild the same log after a restart:
-//   kAttach        a rank's header frame, accepted
-//   kChunk         a chunk frame a rank uploaded, accepted
-//   kEnd           a rank's contribution ended; the payload is its SHA-256
-//   kQuorumClosed  the quorum deadline closed the round to the ranks that
-//                  had not started
-enum class RoundRecord : uint8_t {
-  kAttach = 1,
-  kChunk = 2,
-  kEnd = 3,
-  kQuorumClosed = 4,
-};
 
 // The payload of a status that asks the client to try again shortly.
 inline constexpr char kRetryPayload[] = "fedgather/retry";
@@ -133,31 +110,26 @@ struct RoundOptions {
 
 class Round {
  public:
-  // Charged per frame in the log beyond its bytes: the log entry, the gRPC
-  // byte buffer and slice around it (about 400 bytes measured; issue 18).
-  static constexpr int64_t kFrameChargeBytes = 1024;
-  // Smaller frames are copied out of the transport's read buffers, which
-  // they would otherwise keep alive, so that the charge covers them.
-  static constexpr size_t kCompactFrameBytes = 4096;
-  // What a log entry costs once its frame is released.
-  static constexpr int64_t kLogEntryBytes = 64;
+  // The log's charges (FanOutLog).
+  static constexpr int64_t kFrameChargeBytes = FanOutLog::kFrameChargeBytes;
+  static constexpr int64_t kLogEntryBytes = FanOutLog::kLogEntryBytes;
 
-  // With a `journal`, every change to the round's log is appended to it
-  // (RoundRecord) before it takes effect, and each kEnd is synced to disk
-  // before the contribution counts, so a committed round's contributions
-  // are durable. A journal write that fails fails the round with the error.
+  // With a `recorder` (a JournalRecorder when the server has a state
+  // directory), every change to the round's log is recorded
+  // (RoundRecorder) before it takes effect, and a contribution's end is
+  // durable before it counts, so a committed round's contributions are. A
+  // record that fails fails the round with the error.
   explicit Round(RoundOptions options,
-                 std::unique_ptr<JournalFile> journal = nullptr);
+                 std::unique_ptr<RoundRecorder> recorder = nullptr);
   Round(const Round&) = delete;
   Round& operator=(const Round&) = delete;
 
-  // Attach registers `rank`'s stream with its header. The first header fixes
-  // the op and fingerprint; every later one must agree: a different op is
+  // Attach registers `request.rank`'s stream with its header. The first header
+  // fixes the op and fingerprint; every later one must agree: a different op is
   // FAILED_PRECONDITION, a different fingerprint INVALID_ARGUMENT, and either
   // fails the round on every rank. `header_frame` is forwarded to the other
   // ranks. Returns the round's failure when it has already failed.
-  // `peer` is the stream's address, for events; `header` is the rank's
-  // header (op, root, reduce, weight). For BROADCAST every rank must name
+  // For BROADCAST every rank must name
   // the same root (INVALID_ARGUMENT otherwise, failing the round); only the
   // root's frames are forwarded, to every other rank, and the other ranks
   // upload no bytes. For ALL_REDUCE every rank must name the same reduction
@@ -165,12 +137,7 @@ class Round {
   // forwarded: the round reduces it (OfferReduceChunk) and every rank gets
   // the result. A rank shut out of a quorum round gets FAILED_PRECONDITION,
   // and the round carries on.
-  absl::Status Attach(int rank, const std::string& peer,
-                      const v1::CollectiveHeader& header,
-                      const Fingerprint& fingerprint,
-                      grpc::ByteBuffer header_frame,
-                      std::weak_ptr<RoundStream> stream,
-                      PendingCallbacks* callbacks);
+  absl::Status Attach(AttachRequest request, PendingCallbacks* callbacks);
 
   // Where a resumed stream goes on.
   struct ResumePoint {
@@ -178,7 +145,7 @@ class Round {
     bool upload_ended = false;  // its end was received
     Sha256 hasher;              // the hash of those bytes, to continue
   };
-  // Resume hands `rank`'s round to a new stream after its old one broke
+  // Resume hands `request.rank`'s round to a new stream after its old one broke
   // (header.resume set; see StreamLost). The download goes on after the
   // header.frames_received frames the client has. Errors, for this stream
   // only: UNAVAILABLE while the old stream is not yet known to be gone
@@ -188,11 +155,7 @@ class Round {
   // is also an kEquivocation event), UNAVAILABLE when frames the client
   // lacks are no longer held. A rank whose header never arrived is attached
   // as by Attach.
-  absl::StatusOr<ResumePoint> Resume(int rank, const std::string& peer,
-                                     const v1::CollectiveHeader& header,
-                                     const Fingerprint& fingerprint,
-                                     grpc::ByteBuffer header_frame,
-                                     std::weak_ptr<RoundStream> stream,
+  absl::StatusOr<ResumePoint> Resume(AttachRequest request,
                                      PendingCallbacks* callbacks);
 
   // OfferChunk adds a chunk frame uploaded by `rank` carrying `payload_bytes`
@@ -215,7 +178,10 @@ class Round {
   // that a rank that only folds into elements another rank already started
   // never waits: only the ranks ahead are held back, so the slowest always
   // catches up.
-  bool OfferReduceChunk(int rank, const ChunkMeta& meta, const uint8_t* data,
+  // `frame` is the chunk's frame as it arrived, which the recorder takes as
+  // is (it is not forwarded).
+  bool OfferReduceChunk(int rank, const grpc::ByteBuffer& frame,
+                        const ChunkMeta& meta, const uint8_t* data,
                         PendingCallbacks* callbacks);
 
   // EndContribution records that `rank`'s upload is complete with `digest`.
@@ -265,12 +231,12 @@ class Round {
   // Restored ends RestoreRound's replay of a journal into this round (built
   // without a journal): every attached rank is detached as if its stream had
   // broken at `now`, keeping upload_hashers[rank], the hash of its upload so
-  // far, and `journal` takes the round's records from here on. A rank that
+  // far, and `recorder` takes the round's records from here on. A rank that
   // then resumes with more frames than the replayed log holds for it gets
   // DATA_LOSS, failing the round: the journal lost frames the rank had
   // received (the machine crashed before they reached the disk).
   void Restored(absl::Time now, std::vector<Sha256> upload_hashers,
-                std::unique_ptr<JournalFile> journal);
+                std::unique_ptr<RoundRecorder> recorder);
   // StartResumeGrace counts the resume grace of every detached rank from
   // `now` at the earliest: a restarted server calls it once it listens, so
   // that the time its restore took is not taken from the ranks' grace.
@@ -310,42 +276,46 @@ class Round {
   Progress GetProgress() const;
 
  private:
-  struct LogEntry {
-    int source_rank;
-    grpc::ByteBuffer frame;
-    int64_t bytes;         // its charge against max_buffered_bytes
-    int pending_writes;    // receivers that have not written it yet
-    bool in_tail = false;  // written by all, kept for resumes (tail_)
-    // A replayed frame that left memory: its bytes lie in the journal.
-    bool spilled = false;
-    int64_t journal_offset = -1;  // replayed frames: where they lie
-    int64_t journal_size = 0;     // and their length
+  // RankPhase is where a rank's stream stands in the round:
+  //   kWaiting    no header yet
+  //   kShutOut    a quorum closed the round without it (final)
+  //   kStreaming  attached: its stream sends and receives
+  //   kCommitSent its stream was handed the commit
+  //   kDetached   its stream broke; it may resume within resume_grace
+  //   kLost       gone for good (no resume, or its grace passed)
+  // kWaiting -> kStreaming | kShutOut; kStreaming -> kCommitSent |
+  // kDetached | kLost; kCommitSent -> kDetached (a resume takes the commit
+  // back); kDetached -> kStreaming | kLost.
+  enum class RankPhase {
+    kWaiting,
+    kShutOut,
+    kStreaming,
+    kCommitSent,
+    kDetached,
+    kLost,
   };
   struct RankState {
-    bool attached = false;
+    RankPhase phase = RankPhase::kWaiting;
+    // Started is true once its header was accepted (whatever came after).
+    bool Started() const {
+      return phase != RankPhase::kWaiting && phase != RankPhase::kShutOut;
+    }
     std::string peer;
     std::weak_ptr<RoundStream> stream;
     int64_t expected_bytes = 0;
     int64_t received_bytes = 0;
     int64_t chunks = 0;      // chunk frames received from it
     int64_t sent_bytes = 0;  // frame bytes its stream has written
-    bool ended = false;
-    Sha256Digest digest{};
-    size_t cursor = 0;  // next log entry this rank's stream looks at
+    // Its contribution's SHA-256, once its upload ended.
+    std::optional<Sha256Digest> digest;
+    // The flow of its stream: a write handed out and not yet done; reading
+    // paused until the round has room (ResumeReading).
     bool write_in_flight = false;
     bool read_paused = false;
-    bool commit_sent = false;
-    bool lost = false;
-    bool shut_out = false;  // not a contributor of this quorum round
-    // Resumable streams: the rank's stream broke at detached_at; the hash
-    // of its upload so far waits for the stream that resumes it.
-    bool detached = false;
+    // kDetached: when its stream broke, and the hash of its upload so far,
+    // waiting for the stream that resumes it.
     absl::Time detached_at;
     Sha256 upload_hasher;
-    Fingerprint fingerprint;      // as its header declared; a resume must match
-    v1::CollectiveHeader header;  // its first header, for the same check
-    bool has_declared_digest = false;  // a resume declared the digest
-    Sha256Digest declared_digest{};
     // After a restore, until the rank resumes: the frames the replayed log
     // holds for it (-1 otherwise).
     int64_t restored_frames = -1;
@@ -369,39 +339,31 @@ class Round {
   // HeldLocked is what counts against max_buffered_bytes: frames in the log
   // and the reduction's accumulators.
   int64_t HeldLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // CheckHeaderLocked checks a later rank's header against the first's.
-  absl::Status CheckHeaderLocked(int rank, const v1::CollectiveHeader& header,
-                                 const Fingerprint& fingerprint) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string RankName(int rank) const;
   // Append adds a frame uploaded by `rank` for every other rank, or, with
   // rank kEveryRank, a result frame for every rank.
-  void Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
+  // False when the frame has no receiver (it is dropped).
+  bool Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
               PendingCallbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RoomForFrameLocked is true when the log may take one more frame from
   // `rank`; else it fails the round with RESOURCE_EXHAUSTED.
   bool RoomForFrameLocked(int rank, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // AcceptChunkLocked counts `rank`'s chunk and appends it to the log.
-  void AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
+  // AcceptChunkLocked counts `rank`'s chunk and appends it to the log
+  // (false: it has no receiver).
+  bool AcceptChunkLocked(int rank, grpc::ByteBuffer frame,
                          int64_t payload_bytes, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SpillLocked drops the oldest replayed frames from memory while the round
-  // holds more than max_buffered_bytes.
-  void SpillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FrameBytes is the length of `entry`'s frame, in memory or spilled.
-  static int64_t FrameBytes(const LogEntry& entry);
   // FrameLocked is the bytes of `entry`, read back from the journal when it
   // was spilled.
-  absl::StatusOr<grpc::ByteBuffer> FrameLocked(const LogEntry& entry) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<grpc::ByteBuffer> FrameLocked(
+      const FanOutLog::Entry& entry) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // PauseIfFullLocked pauses `rank`'s reading when the round holds too much.
   bool PauseIfFullLocked(int rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr int kEveryRank = -1;
-  // Release is called when every receiver has written `entry`: its bytes
-  // stop counting against the limit; the frame moves to the resume tail, or
-  // is freed when streams are not resumable.
-  void Release(LogEntry& entry, PendingCallbacks* callbacks)
+  static constexpr int kEveryRank = FanOutLog::kEveryRank;
+  // ResumeReadersLocked is called when the log released frames: once the
+  // round holds less than max_buffered_bytes, paused uploaders read again.
+  void ResumeReadersLocked(PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TakeBackCommitLocked counts a commit handed to a rank's stream as not
   // sent, when the rank may resume (its stream broke, or it resumes).
@@ -417,34 +379,40 @@ class Round {
   // written (it will never receive them).
   void DropClaimsLocked(int rank, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status AttachLocked(int rank, const std::string& peer,
-                            const v1::CollectiveHeader& header,
-                            const Fingerprint& fingerprint,
-                            grpc::ByteBuffer header_frame,
-                            std::weak_ptr<RoundStream> stream,
-                            PendingCallbacks* callbacks)
+  absl::Status AttachLocked(AttachRequest request, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The steps of Resume, in order. CheckResumableLocked: the rank is
+  // detached and may resume now (a commit that did not arrive counts as a
+  // broken stream). CheckSameContributionLocked: the request repeats the
+  // rank's first header and its declared SHA-256, which it returns.
+  // CheckRestoredFramesLocked: after a restore, the journal held the frames
+  // the client has. ReclaimLocked: moves the rank's cursor after the
+  // client's last frame (FanOutLog::Reclaim), returning the bytes to send
+  // again.
+  absl::Status CheckResumableLocked(int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<Sha256Digest> CheckSameContributionLocked(
+      const AttachRequest& request, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckRestoredFramesLocked(int rank, uint64_t frames,
+                                         PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<int64_t> ReclaimLocked(int rank, uint64_t frames,
+                                        PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ShutOutErrorLocked is what a rank a quorum round closed without gets.
   absl::Status ShutOutErrorLocked(int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // EquivocationLocked fails the round for `rank`'s conflicting `what`.
-  absl::Status EquivocationLocked(int rank, absl::string_view what,
+  // EquivocationLocked reports `rank`'s `equivocation` (RoundAgreement's
+  // status) and fails the round with it, which it returns.
+  absl::Status EquivocationLocked(int rank, const absl::Status& equivocation,
                                   PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailLocked(const absl::Status& status, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // JournalLocked appends a record to the journal, if any; on an error it
-  // fails the round with it and returns false.
-  bool JournalLocked(RoundRecord kind, int rank,
-                     const grpc::ByteBuffer& payload,
-                     PendingCallbacks* callbacks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool JournalLocked(RoundRecord kind, int rank, absl::string_view payload,
-                     bool sync, PendingCallbacks* callbacks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // JournaledLocked is their end: true when `written` is OK, else it fails
-  // the round with it.
-  bool JournaledLocked(const absl::Status& written, PendingCallbacks* callbacks)
+  // RecordedLocked is true when `recorded` (what the recorder returned) is
+  // OK, else it fails the round with it.
+  bool RecordedLocked(const absl::Status& recorded, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CountReceivedLocked adds a chunk's payload to `rank`'s upload and to
   // the metrics.
@@ -462,27 +430,19 @@ class Round {
   const int world_;
 
   mutable absl::Mutex mu_;
-  std::unique_ptr<JournalFile> journal_ ABSL_GUARDED_BY(mu_);  // may be null
+  std::unique_ptr<RoundRecorder> recorder_ ABSL_GUARDED_BY(mu_);  // or null
+  // What the ranks agreed on (op, root, reduction, fingerprint) and the
+  // equivocation checks: the control part, which knows no log.
+  RoundAgreement agreement_ ABSL_GUARDED_BY(mu_);
   bool first_chunk_seen_ ABSL_GUARDED_BY(mu_) = false;
-  v1::Op op_ ABSL_GUARDED_BY(mu_) = v1::OP_UNSPECIFIED;
-  int first_rank_ ABSL_GUARDED_BY(mu_) = -1;
-  size_t spill_cursor_ ABSL_GUARDED_BY(mu_) = 0;  // SpillLocked looks on here
-  uint32_t root_ ABSL_GUARDED_BY(mu_) = 0;        // BROADCAST's sender
-  // ALL_REDUCE: the reduction, each rank's weight, the hash of the result
+  // ALL_REDUCE: the reducer, each rank's weight, the hash of the result
   // frames in the order they were made.
-  v1::ReduceOp reduce_ ABSL_GUARDED_BY(mu_) = v1::REDUCE_UNSPECIFIED;
   std::unique_ptr<Reducer> reducer_ ABSL_GUARDED_BY(mu_);
   std::vector<double> weights_ ABSL_GUARDED_BY(mu_);
   Sha256 result_hasher_ ABSL_GUARDED_BY(mu_);
   Sha256Digest result_digest_ ABSL_GUARDED_BY(mu_){};
-  Fingerprint first_fingerprint_ ABSL_GUARDED_BY(mu_);
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
-  std::vector<LogEntry> log_ ABSL_GUARDED_BY(mu_);
-  int64_t buffered_bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Resume tail: indexes of released frames still held, oldest first, and
-  // their bytes (at most resume_window_bytes).
-  std::deque<size_t> tail_ ABSL_GUARDED_BY(mu_);
-  int64_t tail_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  FanOutLog log_ ABSL_GUARDED_BY(mu_);
   // Handing a commit to a stream is not delivering it: a stream may break
   // with the commit still in its buffers, and the rank then resumes
   // (StreamLost, Resume). So the resume tail is kept until every

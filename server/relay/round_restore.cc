@@ -7,6 +7,8 @@
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
+#include "server/journal/journal_file.h"
+#include "server/relay/journal_recorder.h"
 
 namespace fedgather::server {
 namespace {
@@ -76,9 +78,16 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
                 FingerprintFromProto(header.tensors(), "a journaled header");
             if (!fingerprint.ok()) return bad(fingerprint.status().message());
             if (op == v1::OP_UNSPECIFIED) op = header.op();
+            AttachRequest request;
+            request.rank = rank;
+            request.peer = "(restored)";
+            request.header = header;
+            request.fingerprint = *std::move(fingerprint);
+            request.header_frame = std::move(frame);
+            request.upload_bytes =
+                UploadBytes(rank, request.header, request.fingerprint);
             absl::Status attached =
-                round->Attach(rank, "(restored)", header, *fingerprint,
-                              std::move(frame), {}, &replayed);
+                round->Attach(std::move(request), &replayed);
             if (!attached.ok()) return bad(attached.message());
             return absl::OkStatus();
           }
@@ -95,7 +104,7 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
             }
             if (op == v1::ALL_REDUCE) {
               round->OfferReduceChunk(
-                  rank, sink.meta(),
+                  rank, frame, sink.meta(),
                   reinterpret_cast<const uint8_t*>(sink.data().data()),
                   &replayed);
             } else {
@@ -127,7 +136,8 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
   absl::StatusOr<std::unique_ptr<JournalFile>> journal =
       JournalFile::OpenForAppend(path, *valid);
   if (!journal.ok()) return journal.status();
-  round->Restored(now, std::move(hashers), *std::move(journal));
+  round->Restored(now, std::move(hashers),
+                  std::make_unique<JournalRecorder>(*std::move(journal)));
   return RestoredRound{std::move(round), *valid};
 }
 

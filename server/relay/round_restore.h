@@ -1,5 +1,5 @@
 // RestoreRound: rebuilds a round after a server restart from the journal it
-// left (Round's RoundRecord records), so its members can resume it.
+// left (JournalRecorder's RoundRecord records), so its members can resume it.
 //
 // The journal is replayed through the round's own methods in the order it
 // was written, which rebuilds the same log: every frame in the same place,

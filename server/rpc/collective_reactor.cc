@@ -186,7 +186,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
         group_->MemberAlive(epoch_, rank_, clock_());
         if (op_ == v1::ALL_REDUCE) {
           return round()->OfferReduceChunk(
-              rank_, chunk.meta(),
+              rank_, read_buffer_, chunk.meta(),
               reinterpret_cast<const uint8_t*>(chunk.bytes().data()),
               callbacks);
         }
@@ -281,10 +281,11 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   about.seq = header.seq();
   about.rank = static_cast<int>(header.rank());
   about.op = header.op();
+  const int64_t upload_bytes =
+      UploadBytes(static_cast<int>(header.rank()), header, *fingerprint);
   if (absl::Status within = access_->CheckContribution(
-          caller_, static_cast<int>(sent.size()),
-          ContributionBytes(sent).value_or(INT64_MAX), (*found)->Describe(),
-          std::move(about));
+          caller_, static_cast<int>(sent.size()), upload_bytes,
+          (*found)->Describe(), std::move(about));
       !within.ok()) {
     refusal_reported_ = true;
     return fail_round(within);
@@ -307,11 +308,18 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     absl::MutexLock lock(&mu_);
     round_ = *found;
   }
+  AttachRequest request;
+  request.rank = rank_;
+  request.peer = caller_.peer;
+  request.header = header;
+  request.fingerprint = fingerprint_;
+  request.header_frame = read_buffer_;
+  request.stream = weak_from_this();
+  request.upload_bytes = upload_bytes;
   absl::Status attached;
   if (header.resume()) {
     absl::StatusOr<Round::ResumePoint> point =
-        (*found)->Resume(rank_, caller_.peer, header, fingerprint_,
-                         read_buffer_, weak_from_this(), callbacks);
+        (*found)->Resume(std::move(request), callbacks);
     if (point.ok()) {
       // The round holds this stream now: a resume point it cannot take
       // fails the round on every rank rather than leaving it waiting.
@@ -336,8 +344,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
       attached = point.status();
     }
   } else {
-    attached = (*found)->Attach(rank_, caller_.peer, header, fingerprint_,
-                                read_buffer_, weak_from_this(), callbacks);
+    attached = (*found)->Attach(std::move(request), callbacks);
   }
   if (!attached.ok()) {
     {

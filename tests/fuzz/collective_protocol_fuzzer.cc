@@ -539,10 +539,18 @@ void Simulation::Header(Client& c, bool resume, int mutation) {
   s->rank = static_cast<int>(header.rank());
   s->op = header.op();
   s->round = *found;
+  AttachRequest request;
+  request.rank = s->rank;
+  request.peer = "sim";
+  request.header = header;
+  request.fingerprint = s->fingerprint;
+  request.header_frame = header_frame;
+  request.stream = s;
+  request.upload_bytes = UploadBytes(s->rank, header, s->fingerprint);
   absl::Status attached;
   if (header.resume()) {
-    absl::StatusOr<Round::ResumePoint> point = (*found)->Resume(
-        s->rank, "sim", header, s->fingerprint, header_frame, s, &callbacks);
+    absl::StatusOr<Round::ResumePoint> point =
+        (*found)->Resume(std::move(request), &callbacks);
     if (point.ok()) {
       if (absl::Status skipped = s->sequence->SkipTo(point->upload_bytes);
           !skipped.ok()) {
@@ -557,8 +565,7 @@ void Simulation::Header(Client& c, bool resume, int mutation) {
       attached = point.status();
     }
   } else {
-    attached = (*found)->Attach(s->rank, "sim", header, s->fingerprint,
-                                header_frame, s, &callbacks);
+    attached = (*found)->Attach(std::move(request), &callbacks);
   }
   if (!attached.ok()) {
     s->round = nullptr;
@@ -707,7 +714,7 @@ void Simulation::Chunk(Client& c, int size, int mutation) {
       mine.reduce_bytes += end - start;
     }
     more = s->round->OfferReduceChunk(
-        s->rank, sink.meta_,
+        s->rank, frame, sink.meta_,
         reinterpret_cast<const uint8_t*>(sink.bytes_.data()), &callbacks);
   } else {
     more = s->round->OfferChunk(

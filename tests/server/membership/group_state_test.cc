@@ -429,10 +429,14 @@ TEST_F(GroupStateTest, AnEndedEpochsCompletedRoundIsResumableUntilSettled) {
     *frame.mutable_header() = v1::CollectiveHeader();
     frame.mutable_header()->set_rank(r);
     PendingCallbacks callbacks;
-    ASSERT_TRUE(round
-                    ->Attach(r, "ipv4:127.0.0.1:1", frame.header(), empty,
-                             EncodeFrame(frame), streams, &callbacks)
-                    .ok());
+    AttachRequest request;
+    request.rank = static_cast<int>(r);
+    request.peer = "ipv4:127.0.0.1:1";
+    request.header = frame.header();
+    request.fingerprint = empty;
+    request.header_frame = EncodeFrame(frame);
+    request.stream = streams;
+    ASSERT_TRUE(round->Attach(std::move(request), &callbacks).ok());
     round->EndContribution(r, digest, &callbacks);
     callbacks.Run();
   }

@@ -211,6 +211,23 @@ class RoundHarness : public ::testing::Test {
     return EncodeFrame(frame);
   }
 
+  // Request is `rank`'s AttachRequest, with its stream.
+  AttachRequest Request(int rank, std::string peer,
+                        const v1::CollectiveHeader& header,
+                        const Fingerprint& fingerprint,
+                        grpc::ByteBuffer header_frame) {
+    AttachRequest request;
+    request.rank = rank;
+    request.peer = std::move(peer);
+    request.header = header;
+    request.fingerprint = fingerprint;
+    request.header_frame = std::move(header_frame);
+    request.stream = streams_[rank];
+    request.upload_bytes =
+        UploadBytes(rank, request.header, request.fingerprint);
+    return request;
+  }
+
   absl::Status Attach(Round& round, int rank, v1::Op op = v1::ALL_GATHER,
                       const Fingerprint& fingerprint = TwoFloats(),
                       uint32_t root = 0) {
@@ -219,9 +236,10 @@ class RoundHarness : public ::testing::Test {
     header.set_rank(rank);
     header.set_root(root);
     PendingCallbacks callbacks;
-    absl::Status status = round.Attach(
-        rank, "ipv4:127.0.0.1:1", header, fingerprint,
-        HeaderFrame(rank, op, fingerprint), streams_[rank], &callbacks);
+    absl::Status status =
+        round.Attach(Request(rank, "ipv4:127.0.0.1:1", header, fingerprint,
+                             HeaderFrame(rank, op, fingerprint)),
+                     &callbacks);
     callbacks.Run();
     return status;
   }
@@ -250,9 +268,9 @@ class RoundHarness : public ::testing::Test {
     header.set_weight(weight);
     PendingCallbacks callbacks;
     absl::Status status = round.Attach(
-        rank, "ipv4:127.0.0.1:1", header, TwoFloats(),
-        HeaderFrame(rank, v1::ALL_REDUCE, TwoFloats(), reduce, weight),
-        streams_[rank], &callbacks);
+        Request(rank, "ipv4:127.0.0.1:1", header, TwoFloats(),
+                HeaderFrame(rank, v1::ALL_REDUCE, TwoFloats(), reduce, weight)),
+        &callbacks);
     callbacks.Run();
     return status;
   }
@@ -260,9 +278,9 @@ class RoundHarness : public ::testing::Test {
   bool OfferReduce(Round& round, int rank, const std::vector<float>& values) {
     const ChunkMeta meta{static_cast<uint32_t>(rank), 0, 0, 8};
     PendingCallbacks callbacks;
-    const bool more = round.OfferReduceChunk(
-        rank, meta, reinterpret_cast<const uint8_t*>(values.data()),
-        &callbacks);
+    const uint8_t* data = reinterpret_cast<const uint8_t*>(values.data());
+    const bool more = round.OfferReduceChunk(rank, EncodeChunkFrame(meta, data),
+                                             meta, data, &callbacks);
     callbacks.Run();
     return more;
   }
@@ -328,10 +346,11 @@ class RoundHarness : public ::testing::Test {
     header.set_frames_received(frames);
     header.set_contribution_sha256(digest.data(), digest.size());
     PendingCallbacks callbacks;
-    absl::StatusOr<Round::ResumePoint> point = round.Resume(
-        rank, "ipv4:127.0.0.1:2", header, TwoFloats(),
-        HeaderFrame(rank, op, TwoFloats(), header.reduce(), header.weight()),
-        streams_[rank], &callbacks);
+    absl::StatusOr<Round::ResumePoint> point =
+        round.Resume(Request(rank, "ipv4:127.0.0.1:2", header, TwoFloats(),
+                             HeaderFrame(rank, op, TwoFloats(), header.reduce(),
+                                         header.weight())),
+                     &callbacks);
     callbacks.Run();
     return point;
   }

@@ -16,6 +16,7 @@
 #include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "server/journal/journal_file.h"
+#include "server/relay/journal_recorder.h"
 #include "tests/server/relay/round_harness.h"
 
 namespace fedgather::server {
@@ -38,7 +39,9 @@ class RoundRestoreTest : public RoundHarness {
     absl::StatusOr<std::unique_ptr<JournalFile>> journal =
         JournalFile::Create(path_);
     EXPECT_TRUE(journal.ok()) << journal.status();
-    return std::make_shared<Round>(MakeOptions(world), *std::move(journal));
+    return std::make_shared<Round>(
+        MakeOptions(world),
+        std::make_unique<JournalRecorder>(*std::move(journal)));
   }
 
   // Restart: the round is gone with the server; a new one is restored from

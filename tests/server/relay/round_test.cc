@@ -1029,12 +1029,12 @@ TEST_F(ReduceRoundTest, EachRankMayCutItsChunksItsOwnWay) {
     header.set_rank(r);
     header.set_reduce(v1::SUM);
     PendingCallbacks callbacks;
-    ASSERT_TRUE(
-        round
-            .Attach(r, "ipv4:127.0.0.1:1", header, fingerprint,
-                    HeaderFrame(r, v1::ALL_REDUCE, fingerprint, v1::SUM),
-                    streams_[r], &callbacks)
-            .ok());
+    ASSERT_TRUE(round
+                    .Attach(Request(r, "ipv4:127.0.0.1:1", header, fingerprint,
+                                    HeaderFrame(r, v1::ALL_REDUCE, fingerprint,
+                                                v1::SUM)),
+                            &callbacks)
+                    .ok());
     callbacks.Run();
   }
   std::vector<std::vector<float>> in(3, std::vector<float>(1000));
@@ -1056,9 +1056,10 @@ TEST_F(ReduceRoundTest, EachRankMayCutItsChunksItsOwnWay) {
                            static_cast<uint64_t>(sent[r]),
                            static_cast<uint64_t>(size)};
       PendingCallbacks callbacks;
-      round.OfferReduceChunk(
-          r, meta, reinterpret_cast<const uint8_t*>(in[r].data()) + sent[r],
-          &callbacks);
+      const uint8_t* data =
+          reinterpret_cast<const uint8_t*>(in[r].data()) + sent[r];
+      round.OfferReduceChunk(r, EncodeChunkFrame(meta, data), meta, data,
+                             &callbacks);
       callbacks.Run();
       sent[r] += size;
       more = true;

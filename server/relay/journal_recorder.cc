@@ -1,0 +1,42 @@
+#include "server/relay/journal_recorder.h"
+
+#include <utility>
+
+#include "absl/strings/string_view.h"
+
+namespace fedgather::server {
+
+JournalRecorder::JournalRecorder(std::unique_ptr<JournalFile> journal)
+    : journal_(std::move(journal)) {}
+
+absl::Status JournalRecorder::Attached(int rank,
+                                       const grpc::ByteBuffer& header_frame) {
+  return journal_->Append(static_cast<uint8_t>(RoundRecord::kAttach),
+                          static_cast<uint32_t>(rank), header_frame);
+}
+
+absl::Status JournalRecorder::Chunk(int rank, const grpc::ByteBuffer& frame) {
+  return journal_->Append(static_cast<uint8_t>(RoundRecord::kChunk),
+                          static_cast<uint32_t>(rank), frame);
+}
+
+absl::Status JournalRecorder::Ended(int rank, const Sha256Digest& digest) {
+  absl::Status written = journal_->Append(
+      static_cast<uint8_t>(RoundRecord::kEnd), static_cast<uint32_t>(rank),
+      absl::string_view(reinterpret_cast<const char*>(digest.data()),
+                        digest.size()));
+  if (!written.ok()) return written;
+  return journal_->Sync();
+}
+
+absl::Status JournalRecorder::QuorumClosed() {
+  return journal_->Append(static_cast<uint8_t>(RoundRecord::kQuorumClosed), 0,
+                          absl::string_view());
+}
+
+absl::StatusOr<grpc::ByteBuffer> JournalRecorder::ReadFrame(
+    int64_t offset, int64_t size) const {
+  return journal_->ReadAt(offset, size);
+}
+
+}  // namespace fedgather::server

@@ -4,7 +4,8 @@
 //   auto client = fedgather::Client::Connect({.server_address = "host:port",
 //                                             .tls = *ReadTlsDir(dir)});
 //   auto group = (*client)->Join({.group = "demo", .world_size = 4});
-//   auto gathered = (*group)->AllGather(tensor);  // [4, *tensor.shape]
+//   // client/torch/torch_collectives.h:
+//   auto gathered = client::torch::AllGather(**group, tensor);  // [4, ...]
 //
 // Thread safety: a Client may be used from several threads; each Group it
 // returns is independent. The Client must outlive its Groups.

@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/part_buffer.h"
 #include "common/grpc_status.h"
@@ -10,15 +9,6 @@
 
 namespace fedgather {
 namespace {
-
-// IsTlsTrustFailure tells a TLS handshake that failed on the peer's
-// certificate (a wrong CA, a server name the certificate does not hold): a
-// configuration error, not a server that is still starting. gRPC reports it
-// only as text, OpenSSL's reason or its own peer-name check.
-bool IsTlsTrustFailure(const absl::Status& status) {
-  return absl::StrContains(status.message(), "certificate verify failed") ||
-         absl::StrContains(status.message(), "is not in peer certificate");
-}
 
 // Places rank r's part of tensor i at r * bytes within outputs[i].
 class StackedTarget : public ReceiveTarget {
@@ -81,283 +71,53 @@ CollectiveSetup Setup(v1::Op op) {
 
 Group::Group(std::shared_ptr<grpc::Channel> channel, std::string server,
              std::string name, absl::Duration resume_grace)
-    : stub_(v1::Rendezvous::NewStub(channel)),
-      generic_stub_(channel),
-      name_(std::move(name)),
-      liveness_(std::move(server), name_),
-      resume_grace_(resume_grace) {}
+    : session_(channel, std::move(server), std::move(name), resume_grace),
+      generic_stub_(channel) {}
 
 Group::~Group() {
-  {
-    absl::MutexLock lock(&mu_);
-    leaving_ = true;
-  }
+  session_.BeginLeave();
   // The collectives still queued never start; refused now, before the
   // epoch's end could reach them as a session failure.
   const absl::Status left = absl::CancelledError(
       "this member left the group before the collective started");
   queue_.Shut(left);
-  {
-    // Say so, so that the server ends the epoch at once rather than wait
-    // for this member to resume (best effort: the stream may be broken).
-    // A server found silent is not told: the write could wait on it.
-    bool said = false;
-    if (CheckServer().ok()) {
-      absl::MutexLock lock(&write_mu_);
-      v1::SessionRequest leave;
-      leave.mutable_leave();
-      said = session_ != nullptr && session_->Write(leave);
-    }
-    // A cancel could overtake the message on the wire: give the server a
-    // moment to end the session on it first.
-    if (said) session_over_.WaitForNotificationWithTimeout(absl::Seconds(2));
-  }
-  {
-    absl::MutexLock lock(&mu_);
-    if (session_context_ != nullptr) session_context_->TryCancel();
-  }
-  leave_.Notify();
+  session_.Leave();
   // Leaving ends the epoch, which fails the collective that is running on
-  // every rank; wait for it.
+  // every rank; wait for it. ~Session then joins the session's thread.
   queue_.Close(left);
-  if (session_thread_.joinable()) session_thread_.join();
-}
-
-absl::StatusOr<v1::Joined> Group::OpenSession(const v1::JoinRequest& request,
-                                              absl::Duration timeout,
-                                              bool* server_final) {
-  *server_final = false;
-  grpc::ClientContext* context;
-  {
-    absl::MutexLock write_lock(&write_mu_);
-    session_.reset();  // the old stream goes before its context
-    {
-      absl::MutexLock lock(&mu_);
-      if (leaving_) return absl::CancelledError("this member left the group");
-      session_context_ = std::make_unique<grpc::ClientContext>();
-      context = session_context_.get();
-    }
-    session_ = stub_->Session(context);
-  }
-  absl::Notification answered;
-  bool timed_out = false;
-  std::thread watchdog([&] {
-    if (!answered.WaitForNotificationWithTimeout(timeout)) {
-      timed_out = true;
-      context->TryCancel();
-    }
-  });
-  v1::SessionRequest join;
-  *join.mutable_join() = request;
-  v1::SessionEvent event;
-  bool written;
-  {
-    absl::MutexLock write_lock(&write_mu_);
-    written = session_->Write(join);
-  }
-  const bool got = written && session_->Read(&event);
-  answered.Notify();
-  watchdog.join();
-  if (got && event.kind_case() == v1::SessionEvent::kJoined) {
-    return event.joined();
-  }
-  const grpc::Status status = session_->Finish();
-  *server_final =
-      context->GetServerTrailingMetadata().count(kFinalStatusKey) > 0;
-  if (timed_out) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("the group did not form within the client timeout of ",
-                     absl::FormatDuration(timeout)));
-  }
-  if (status.ok()) {
-    return absl::InternalError("protocol error: the session ended at once");
-  }
-  return FromGrpcStatus(status);
 }
 
 absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
                          absl::Duration connect_timeout) {
-  const absl::Time start = absl::Now();
-  const absl::Time give_up = start + timeout;
-  const absl::Time stop_connecting = start + std::min(connect_timeout, timeout);
-  absl::Duration backoff = absl::Milliseconds(50);
-  absl::StatusOr<v1::Joined> joined;
-  for (int attempt = 1;; ++attempt) {
-    bool server_final = false;
-    joined = OpenSession(request,
-                         std::max(give_up - absl::Now(), absl::Milliseconds(1)),
-                         &server_final);
-    // Only a broken stream is tried again: the server did not answer it,
-    // and the TLS handshake did not refuse the server's certificate.
-    if (joined.ok() || server_final || !absl::IsUnavailable(joined.status()) ||
-        IsTlsTrustFailure(joined.status())) {
-      break;
-    }
-    if (absl::Now() + backoff >= stop_connecting) {
-      if (attempt == 1) break;
-      return absl::UnavailableError(
-          absl::StrCat("could not reach the server within ",
-                       absl::FormatDuration(absl::Trunc(
-                           absl::Now() - start, absl::Milliseconds(100))),
-                       " (", attempt,
-                       " tries); the last error: ", joined.status().message()));
-    }
-    absl::SleepFor(backoff);
-    backoff = std::min(backoff * 2, absl::Seconds(1));
-  }
-  if (!joined.ok()) return joined.status();
-  rank_ = static_cast<int>(joined->rank());
-  world_size_ = static_cast<int>(joined->world_size());
-  epoch_ = joined->epoch();
-  max_chunk_bytes_ = joined->max_chunk_bytes();
-  heartbeat_interval_ = absl::Milliseconds(joined->heartbeat_interval_ms());
-  heartbeat_timeout_ = absl::Milliseconds(joined->heartbeat_timeout_ms());
-  for (const v1::Member& member : joined->members()) {
-    identities_.push_back(member.identity());
-  }
-  StartHeartbeats();
-  session_thread_ = std::thread([this] {
-    RunSession();
-    session_over_.Notify();
-  });
-  return absl::OkStatus();
-}
-
-void Group::StartHeartbeats() {
-  // The Joined just arrived: the server is heard from as of now.
-  liveness_.Watch(heartbeat_timeout_, heartbeat_interval_, absl::Now());
-  stop_heartbeats_ = std::make_unique<absl::Notification>();
-  heartbeat_thread_ = std::thread([this, stop = stop_heartbeats_.get()] {
-    v1::SessionRequest heartbeat;
-    heartbeat.mutable_heartbeat();
-    while (!stop->WaitForNotificationWithTimeout(heartbeat_interval_)) {
-      absl::MutexLock write_lock(&write_mu_);
-      if (!session_->Write(heartbeat)) {
-        // The stream is broken even if it still reads: end it, so that
-        // RunSession resumes it before the server misses our heartbeats.
-        absl::MutexLock lock(&mu_);
-        session_context_->TryCancel();
-        break;
-      }
-    }
-  });
-}
-
-void Group::StopHeartbeats() {
-  stop_heartbeats_->Notify();
-  heartbeat_thread_.join();
-}
-
-void Group::RunSession() {
-  for (;;) {
-    v1::SessionEvent event;
-    // The server answers each heartbeat; every event shows it is alive.
-    while (session_->Read(&event)) liveness_.Heard(absl::Now());
-    liveness_.Pause();  // a broken session is resumed within its grace
-    StopHeartbeats();
-    const grpc::Status status = session_->Finish();
-    bool final;
-    {
-      absl::MutexLock lock(&mu_);
-      final = session_context_->GetServerTrailingMetadata().count(
-                  kFinalStatusKey) > 0;
-      // CheckServer found the server silent and ended the session.
-      if (!session_status_.ok()) return;
-      if (leaving_) {
-        session_status_ = absl::CancelledError("this member left the group");
-        return;
-      }
-    }
-    absl::Status ended =
-        status.ok() ? absl::UnavailableError("the server closed the session")
-                    : FromGrpcStatus(status);
-    // A session the server ended is over; a broken one is resumed.
-    if (!final && resume_grace_ > absl::ZeroDuration()) {
-      ended = ResumeSession(ended.message());
-      if (ended.ok()) continue;
-    }
-    absl::MutexLock lock(&mu_);
-    session_status_ =
-        leaving_ ? absl::CancelledError("this member left the group") : ended;
-    return;
-  }
-}
-
-absl::Status Group::CheckServer() {
-  absl::Status silent = liveness_.Check(absl::Now());
-  if (silent.ok()) return silent;
-  absl::MutexLock lock(&mu_);
-  if (session_status_.ok()) {
-    session_status_ = silent;
-    // The session thread sees its stream end, and does not resume it.
-    if (session_context_ != nullptr) session_context_->TryCancel();
-  }
-  return silent;
-}
-
-absl::Status Group::ResumeSession(absl::string_view why) {
-  v1::JoinRequest request;
-  request.set_group(name_);
-  request.set_world_size(static_cast<uint32_t>(world_size_));
-  request.set_requested_rank(static_cast<uint32_t>(rank_));
-  request.set_resume_epoch(epoch_);
-  const absl::Time give_up = absl::Now() + resume_grace_;
-  absl::Duration backoff = absl::Milliseconds(50);
-  absl::Status last;
-  while (absl::Now() < give_up) {
-    bool server_final = false;
-    absl::StatusOr<v1::Joined> joined = OpenSession(
-        request, std::max(give_up - absl::Now(), absl::Milliseconds(1)),
-        &server_final);
-    if (joined.ok()) {
-      if (joined->epoch() != epoch_ ||
-          joined->rank() != static_cast<uint32_t>(rank_)) {
-        return absl::InternalError("protocol error: resumed another epoch");
-      }
-      StartHeartbeats();
-      return absl::OkStatus();
-    }
-    last = joined.status();
-    if (server_final || absl::IsCancelled(last)) return last;
-    if (leave_.WaitForNotificationWithTimeout(backoff)) break;
-    backoff = std::min(backoff * 2, absl::Seconds(1));
-  }
-  return absl::UnavailableError(absl::StrCat(
-      "the session to the server broke (", why,
-      ") and could not be resumed within ", absl::FormatDuration(resume_grace_),
-      last.ok() ? "" : absl::StrCat(": ", last.message())));
+  return session_.Join(request, timeout, connect_timeout);
 }
 
 absl::Status Group::Run(CollectiveSetup setup,
                         absl::Span<const ConstHostTensor> inputs,
                         ReceiveTarget* target,
                         const CollectiveOptions& options) {
-  setup.group = name_;
-  setup.epoch = epoch_;
+  setup.group = session_.name();
+  setup.epoch = session_.epoch();
   setup.seq = next_seq_;
-  setup.rank = rank_;
-  setup.world_size = world_size_;
-  setup.max_chunk_bytes = max_chunk_bytes_;
+  setup.rank = session_.rank();
+  setup.world_size = session_.world_size();
+  setup.max_chunk_bytes = session_.max_chunk_bytes();
   setup.upload_chunk_bytes = options.upload_chunk_bytes;
   setup.resume_grace = options.resume_grace;
   setup.break_after_bytes_sent = options.break_after_bytes_sent;
   setup.break_after_frames_received = options.break_after_frames_received;
   setup.progress = options.progress;
-  setup.liveness = &liveness_;
+  setup.liveness = session_.liveness();
   CollectiveCall call(setup, inputs, target);
   // Bad local input is reported as such, even when the group has ended.
   FG_RETURN_IF_ERROR(call.Prepare());
-  FG_RETURN_IF_ERROR(CheckServer());
-  {
-    absl::MutexLock lock(&mu_);
-    if (!session_status_.ok()) return session_status_;
-  }
+  FG_RETURN_IF_ERROR(session_.Check());
   call.Start(&generic_stub_);
   // The header is on its way: this seq is spent whatever the outcome.
   ++next_seq_;
   const absl::Status status = call.Wait(options.timeout);
   // A call that failed on a silent server ends the session too.
-  if (!status.ok()) CheckServer().IgnoreError();
+  if (!status.ok()) session_.Check().IgnoreError();
   if (options.stats != nullptr) *options.stats = call.stats();
   FG_RETURN_IF_ERROR(status);
   if (options.contributors != nullptr) {
@@ -378,7 +138,7 @@ absl::Status Group::RunAllGatherInto(
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorSpec& in = inputs[i].spec;
     TensorSpec expected = in;
-    expected.shape.insert(expected.shape.begin(), world_size_);
+    expected.shape.insert(expected.shape.begin(), world_size());
     if (outputs[i].spec != expected) {
       return absl::InvalidArgumentError(
           absl::StrCat("output ", i, " is ", SpecToString(outputs[i].spec),
@@ -495,7 +255,7 @@ Work<std::vector<std::string>> Group::AllGatherBytesAsync(
   return Enqueue<std::vector<std::string>>(
       [this, bytes = std::move(bytes),
        options]() -> absl::StatusOr<std::vector<std::string>> {
-        std::vector<PartBuffer> parts(world_size_);
+        std::vector<PartBuffer> parts(world_size());
         const ConstHostTensor input{
             {"bytes", DType::kU8, {static_cast<int64_t>(bytes.size())}},
             bytes.data()};

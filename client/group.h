@@ -1,10 +1,13 @@
-// Group: this participant's membership of a formed group, and the
-// collectives it runs there. Made by Client::Join.
+// Group: the collectives this participant runs in a formed group. Made by
+// Client::Join; its Session (client/session.h) holds the membership.
 //
-// The raw methods work on host buffers (ConstHostTensor / MutableHostTensor)
-// and link no LibTorch; the torch::Tensor methods are a thin adapter defined
-// in the fg_client_torch library. Every method blocks until the collective
-// completes on every rank or fails; the status is the same on every rank:
+// Its collectives work on host buffers (ConstHostTensor / MutableHostTensor)
+// and link no LibTorch: the torch::Tensor forms are free functions over a
+// Group in client/torch/torch_collectives.h (fg_client_torch), the NCCL
+// unique id's sharing in client/nccl/nccl_unique_id.h (fg_client_nccl).
+// Every collective blocks until it completes on every rank or fails (its
+// ...Async form returns a Work that does); the status is the same on every
+// rank:
 //   INVALID_ARGUMENT    a dtype, shape or name differs between ranks, or bad
 //                       local input (then nothing is sent)
 //   FAILED_PRECONDITION ranks called different ops or seqs; the group ended
@@ -26,32 +29,22 @@
 #include <grpcpp/channel.h>
 #include <grpcpp/generic/generic_stub.h>
 
-#include <array>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/collective_call.h"
 #include "client/collective_queue.h"
-#include "client/server_liveness.h"
+#include "client/session.h"
 #include "client/work.h"
 #include "common/tensor_spec.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
-
-namespace at {
-class Tensor;
-}  // namespace at
 
 namespace fedgather {
 
@@ -89,11 +82,6 @@ struct CollectiveOptions {
   int64_t break_after_frames_received = -1;
 };
 
-// The bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES), kept as bytes so
-// that this header and fg_client need no NCCL.
-inline constexpr size_t kNcclUniqueIdBytes = 128;
-using NcclUniqueIdBytes = std::array<uint8_t, kNcclUniqueIdBytes>;
-
 class Group {
  public:
   Group(const Group&) = delete;
@@ -102,12 +90,14 @@ class Group {
   // other members.
   ~Group();
 
-  const std::string& name() const { return name_; }
-  int rank() const { return rank_; }
-  int world_size() const { return world_size_; }
-  uint64_t epoch() const { return epoch_; }
+  const std::string& name() const { return session_.name(); }
+  int rank() const { return session_.rank(); }
+  int world_size() const { return session_.world_size(); }
+  uint64_t epoch() const { return session_.epoch(); }
   // identities()[r] is the certificate identity of rank r.
-  const std::vector<std::string>& identities() const { return identities_; }
+  const std::vector<std::string>& identities() const {
+    return session_.identities();
+  }
 
   // Every collective has a blocking form and an ...Async form that returns
   // a Work at once (client/work.h); the blocking form is the Async one
@@ -175,62 +165,50 @@ class Group {
                         v1::ReduceOp op, double weight = 1,
                         const CollectiveOptions& options = {});
 
-  // ShareNcclUniqueId bootstraps a cross-node NCCL communicator: rank 0
-  // creates an ncclUniqueId (ncclGetUniqueId) and every member receives it
-  // over this group's authenticated collective, so only the members the
-  // policy admitted to this epoch get it; the server's audit log records
-  // its SHA-256, never its bytes, and nothing logs them. It is a collective
-  // (one ALL_GATHER_BYTES seq): every member calls it at the same point.
-  // Rank 0's failure to create one is FAILED_PRECONDITION on every rank.
-  // Defined in fg_client_nccl (client/nccl/group_nccl.cc), built when
-  // fedgather/config.h says FEDGATHER_HAVE_NCCL; link it to use this. NCCL's
-  // own traffic over the communicator is not encrypted (docs/security.md).
-  absl::StatusOr<NcclUniqueIdBytes> ShareNcclUniqueId(
-      const CollectiveOptions& options = {});
+  // InQueue runs the raw collectives in place, for a body given to Submit:
+  // each call blocks on the collective queue's thread until its collective
+  // completes. Made only by Group; valid only during that body.
+  class InQueue {
+   public:
+    int world_size() const { return group_.world_size(); }
+    absl::Status AllGatherInto(absl::Span<const ConstHostTensor> inputs,
+                               absl::Span<const MutableHostTensor> outputs,
+                               const CollectiveOptions& options) {
+      return group_.RunAllGatherInto(inputs, outputs, options);
+    }
+    absl::Status AllGatherV(absl::Span<const ConstHostTensor> inputs,
+                            const PartAllocator& allocate,
+                            const CollectiveOptions& options) {
+      return group_.RunAllGatherV(inputs, allocate, options);
+    }
+    absl::Status Broadcast(absl::Span<const MutableHostTensor> tensors,
+                           int root, const CollectiveOptions& options) {
+      return group_.RunBroadcast(tensors, root, options);
+    }
+    absl::Status AllReduce(absl::Span<const ConstHostTensor> inputs,
+                           absl::Span<const MutableHostTensor> outputs,
+                           v1::ReduceOp op, double weight,
+                           const CollectiveOptions& options) {
+      return group_.RunAllReduce(inputs, outputs, op, weight, options);
+    }
 
-  // torch adapter (fg_client_torch). Inputs must be contiguous CPU tensors.
-  // AllGather returns [world, *shape].
-  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& input,
-                                       const CollectiveOptions& options = {});
-  Work<at::Tensor> AllGatherAsync(const at::Tensor& input,
-                                  const CollectiveOptions& options = {});
-  // AllGather over a name -> tensor map; returns name -> [world, *shape].
-  absl::StatusOr<std::map<std::string, at::Tensor>> AllGather(
-      const std::map<std::string, at::Tensor>& inputs,
-      const CollectiveOptions& options = {});
-  Work<std::map<std::string, at::Tensor>> AllGatherAsync(
-      const std::map<std::string, at::Tensor>& inputs,
-      const CollectiveOptions& options = {});
-  // AllGatherInto writes into a caller-allocated contiguous [world, *shape].
-  absl::Status AllGatherInto(const at::Tensor& input, at::Tensor& output,
-                             const CollectiveOptions& options = {});
-  Work<> AllGatherIntoAsync(const at::Tensor& input, const at::Tensor& output,
-                            const CollectiveOptions& options = {});
-  // AllGatherV returns each rank's part at its own size, in rank order.
-  absl::StatusOr<std::vector<at::Tensor>> AllGatherV(
-      const at::Tensor& input, const CollectiveOptions& options = {});
-  Work<std::vector<at::Tensor>> AllGatherVAsync(
-      const at::Tensor& input, const CollectiveOptions& options = {});
-  // AllReduce returns the reduction of every rank's `input` (a new tensor of
-  // its shape and dtype); over a name -> tensor map, name -> result.
-  absl::StatusOr<at::Tensor> AllReduce(const at::Tensor& input, v1::ReduceOp op,
-                                       double weight = 1,
-                                       const CollectiveOptions& options = {});
-  Work<at::Tensor> AllReduceAsync(const at::Tensor& input, v1::ReduceOp op,
-                                  double weight = 1,
-                                  const CollectiveOptions& options = {});
-  absl::StatusOr<std::map<std::string, at::Tensor>> AllReduce(
-      const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
-      double weight = 1, const CollectiveOptions& options = {});
-  Work<std::map<std::string, at::Tensor>> AllReduceAsync(
-      const std::map<std::string, at::Tensor>& inputs, v1::ReduceOp op,
-      double weight = 1, const CollectiveOptions& options = {});
-  // Broadcast overwrites `tensor` (contiguous, CPU) on every rank but `root`
-  // with the root's, in place, as torch.distributed.broadcast does.
-  absl::Status Broadcast(at::Tensor& tensor, int root,
-                         const CollectiveOptions& options = {});
-  Work<> BroadcastAsync(const at::Tensor& tensor, int root,
-                        const CollectiveOptions& options = {});
+   private:
+    friend class Group;
+    explicit InQueue(Group& group) : group_(group) {}
+    Group& group_;
+  };
+
+  // Submit queues `body` with this group's collectives and returns its Work
+  // at once: the body runs on the queue's thread, after every collective
+  // started before it, and runs its collectives through the InQueue it is
+  // given. It is how an adapter (client/torch/) holds its own values (its
+  // tensors, by value in the body's captures) for as long as a collective
+  // runs; those captures are destroyed before the Work completes. A body
+  // still queued when the group is left never runs: its Work completes
+  // with CANCELLED. The body must not throw, and must not wait on another
+  // Work of this group (that Work runs after it).
+  template <typename T>
+  Work<T> Submit(std::function<absl::StatusOr<T>(InQueue&)> body);
 
  private:
   friend class Client;
@@ -238,34 +216,12 @@ class Group {
   Group(std::shared_ptr<grpc::Channel> channel, std::string server,
         std::string name, absl::Duration resume_grace);
 
-  // Join writes the join request and blocks until the group forms (at most
-  // `timeout`). A stream that broke before the server answered is opened
-  // again, with backoff, for up to `connect_timeout`.
+  // Join joins the group (Session::Join) and blocks until it forms.
   absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout,
                     absl::Duration connect_timeout);
-  // OpenSession opens a session stream, writes `request` and reads the
-  // Joined answer (at most `timeout`); `server_final` tells whether a
-  // failure came from the server's decision rather than a broken stream.
-  absl::StatusOr<v1::Joined> OpenSession(const v1::JoinRequest& request,
-                                         absl::Duration timeout,
-                                         bool* server_final);
-  // RunSession reads the session until it ends; a broken one is resumed
-  // (ResumeSession) within the grace.
-  void RunSession();
-  absl::Status ResumeSession(absl::string_view why);
-  void StartHeartbeats();
-  void StopHeartbeats();
-  // CheckServer returns liveness_'s verdict; when the server is silent it
-  // also ends the session with that status (no resume).
-  absl::Status CheckServer();
   // Enqueue runs `body` on the collective queue and returns its Work.
   template <typename T>
   Work<T> Enqueue(std::function<absl::StatusOr<T>()> body);
-
-  // EnqueueTorch is Enqueue for a body that may throw c10::Error
-  // (defined in group_torch.cc, the one file that includes LibTorch).
-  template <typename T, typename Body>
-  Work<T> EnqueueTorch(Body body);
 
   // The collectives themselves, run on the queue's thread.
   absl::Status RunAllGatherInto(absl::Span<const ConstHostTensor> inputs,
@@ -288,42 +244,19 @@ class Group {
                    absl::Span<const ConstHostTensor> inputs,
                    ReceiveTarget* target, const CollectiveOptions& options);
 
-  std::unique_ptr<v1::Rendezvous::Stub> stub_;
-  grpc::GenericStub generic_stub_;
-  const std::string name_;
-  int rank_ = 0;
-  int world_size_ = 0;
-  uint64_t epoch_ = 0;
-  int64_t max_chunk_bytes_ = 0;
-  absl::Duration heartbeat_interval_;
-  absl::Duration heartbeat_timeout_;
-  // What this member has heard from the server lately; watched while a
-  // session stream is established.
-  ServerLiveness liveness_;
-  std::vector<std::string> identities_;
-  uint64_t next_seq_ = 0;  // used only on the queue's thread
-
-  const absl::Duration resume_grace_;
-  // The session stream now; replaced only by the session thread, while no
-  // heartbeat thread runs, under write_mu_, which every write holds.
-  absl::Mutex write_mu_;
-  std::unique_ptr<
-      grpc::ClientReaderWriter<v1::SessionRequest, v1::SessionEvent>>
-      session_;
-  std::thread session_thread_;       // reads until the session ends
-  absl::Notification session_over_;  // the session thread is done
-  std::thread heartbeat_thread_;     // one per session stream
-  std::unique_ptr<absl::Notification> stop_heartbeats_;
-  absl::Notification leave_;  // wakes a resume's backoff
-
-  absl::Mutex mu_;
-  // The context of the session stream now (cancelled to leave).
-  std::unique_ptr<grpc::ClientContext> session_context_ ABSL_GUARDED_BY(mu_);
-  absl::Status session_status_ ABSL_GUARDED_BY(mu_);  // set when it ends
-  bool leaving_ ABSL_GUARDED_BY(mu_) = false;
-
-  CollectiveQueue queue_;  // runs every collective, in order
+  Session session_;  // the membership: join, heartbeats, resume, leave
+  grpc::GenericStub generic_stub_;  // opens the collective streams
+  uint64_t next_seq_ = 0;           // used only on the queue's thread
+  CollectiveQueue queue_;           // runs every collective, in order
 };
+
+template <typename T>
+Work<T> Group::Submit(std::function<absl::StatusOr<T>(InQueue&)> body) {
+  return Enqueue<T>([this, body = std::move(body)]() -> absl::StatusOr<T> {
+    InQueue in_queue(*this);
+    return body(in_queue);
+  });
+}
 
 template <typename T>
 Work<T> Group::Enqueue(std::function<absl::StatusOr<T>()> body) {

@@ -1,8 +1,8 @@
 // NcclCommunicators: NCCL communicators that span the nodes of a fedgather
-// Group, bootstrapped through the rendezvous (Group::ShareNcclUniqueId).
-// Node n's local GPU g is global rank n * G + g of N * G, the same order as
-// AllGatherToDevices. NCCL then moves its data over its own transports, not
-// through fedgather and not encrypted (docs/security.md).
+// Group, bootstrapped through the rendezvous (ShareNcclUniqueId,
+// nccl_unique_id.h). Node n's local GPU g is global rank n * G + g of N * G,
+// the same order as AllGatherToDevices. NCCL then moves its data over its own
+// transports, not through fedgather and not encrypted (docs/security.md).
 #ifndef FEDGATHER_CLIENT_NCCL_NCCL_COMMUNICATORS_H_
 #define FEDGATHER_CLIENT_NCCL_NCCL_COMMUNICATORS_H_
 
@@ -24,8 +24,8 @@ class NcclCommunicators {
   // communicator per CUDA device in `cuda_devices` (ncclCommInitRank in one
   // group). A collective of `group`: every member calls it at the same
   // point, and it blocks until every GPU of every node has joined. Errors:
-  // the group's, the unique id's (Group::ShareNcclUniqueId) and NCCL's
-  // (nccl_status.h).
+  // the group's, the unique id's (ShareNcclUniqueId, nccl_unique_id.h) and
+  // NCCL's (nccl_status.h).
   static absl::StatusOr<std::unique_ptr<NcclCommunicators>> Create(
       Group& group, std::vector<int> cuda_devices,
       const CollectiveOptions& options = {});

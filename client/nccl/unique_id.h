@@ -1,15 +1,23 @@
-// ShareFromRankZero: how Group::ShareNcclUniqueId (group_nccl.cc) hands the
+// ShareFromRankZero: how ShareNcclUniqueId (nccl_unique_id.h) hands the
 // bytes rank 0 made to every member, kept apart from NCCL so that it builds
 // and is tested without it.
 #ifndef FEDGATHER_CLIENT_NCCL_UNIQUE_ID_H_
 #define FEDGATHER_CLIENT_NCCL_UNIQUE_ID_H_
 
+#include <array>
+#include <cstddef>
+#include <cstdint>
 #include <functional>
 
 #include "absl/status/statusor.h"
 #include "client/group.h"
 
 namespace fedgather {
+
+// The bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES), kept as bytes so
+// that this header and fg_local_collective need no NCCL.
+inline constexpr size_t kNcclUniqueIdBytes = 128;
+using NcclUniqueIdBytes = std::array<uint8_t, kNcclUniqueIdBytes>;
 
 // ShareFromRankZero: rank 0 calls `create`; every rank gets its bytes over
 // the group's authenticated collective (one ALL_GATHER_BYTES: rank 0's

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "client/torch/torch_collectives.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -192,14 +193,14 @@ absl::StatusOr<double> Aggregate(Group& group, Params& p, int64_t count,
   const Params mine = Detached(p);
   Params reduced;
   if (o.aggregation != Aggregation::kAllGather) {
-    FG_ASSIGN_OR_RETURN(
-        reduced, group.AllReduce(mine, v1::WEIGHTED_MEAN,
-                                 static_cast<double>(count), o.collective));
+    FG_ASSIGN_OR_RETURN(reduced, client::torch::AllReduce(
+                                     group, mine, v1::WEIGHTED_MEAN,
+                                     static_cast<double>(count), o.collective));
   }
   double diff = -1;
   if (o.aggregation != Aggregation::kAllReduce) {
     FG_ASSIGN_OR_RETURN(const Params gathered,
-                        group.AllGather(mine, o.collective));
+                        client::torch::AllGather(group, mine, o.collective));
     FG_ASSIGN_OR_RETURN(const Params mean, WeightedMean(gathered, weights));
     if (o.aggregation == Aggregation::kAllGather) {
       reduced = mean;
@@ -242,7 +243,8 @@ absl::StatusOr<FederationResult> RunFederationOrThrow(
   Params p = InitParams(o.train.hidden, gen);
   for (auto& [name, t] : p) {
     at::Tensor data = t.detach();
-    FG_RETURN_IF_ERROR(group.Broadcast(data, /*root=*/0, o.collective));
+    FG_RETURN_IF_ERROR(
+        client::torch::Broadcast(group, data, /*root=*/0, o.collective));
   }
   result.initial_accuracy = Accuracy(p, test_set);
 

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/group.h"
+#include "client/torch/torch_collectives.h"
 #include "python/src/error.h"
 #include "python/src/process_group.h"
 #include "python/src/session.h"
@@ -75,6 +76,9 @@ PYBIND11_MODULE(_C, m) {
   namespace py = pybind11;
   using namespace fedgather;          // NOLINT
   using namespace fedgather::python;  // NOLINT
+  // The Python Session (python/src/session.h), not the client's membership
+  // (client/session.h) that its Group holds.
+  using fedgather::python::Session;
   m.doc() = "fedgather C++ extension (use the fedgather package instead)";
   py::register_exception<StatusError>(m, "Error", PyExc_RuntimeError);
 
@@ -124,8 +128,8 @@ PYBIND11_MODULE(_C, m) {
             absl::StatusOr<at::Tensor> out;
             {
               py::gil_scoped_release release;
-              out = s.group().AllGather(tensor,
-                                        OptionsOf(timeout, &contributors));
+              out = client::torch::AllGather(s.group(), tensor,
+                                             OptionsOf(timeout, &contributors));
             }
             return WithContributors<at::Tensor>{
                 ValueOrThrow(std::move(out), s, "all_gather"),
@@ -139,8 +143,8 @@ PYBIND11_MODULE(_C, m) {
             absl::StatusOr<TensorMap> out;
             {
               py::gil_scoped_release release;
-              out = s.group().AllGather(tensors,
-                                        OptionsOf(timeout, &contributors));
+              out = client::torch::AllGather(s.group(), tensors,
+                                             OptionsOf(timeout, &contributors));
             }
             return WithContributors<TensorMap>{
                 ValueOrThrow(std::move(out), s, "all_gather"),
@@ -154,8 +158,8 @@ PYBIND11_MODULE(_C, m) {
             absl::StatusOr<std::vector<at::Tensor>> out;
             {
               py::gil_scoped_release release;
-              out = s.group().AllGatherV(tensor,
-                                         OptionsOf(timeout, &contributors));
+              out = client::torch::AllGatherV(
+                  s.group(), tensor, OptionsOf(timeout, &contributors));
             }
             return WithContributors<std::vector<at::Tensor>>{
                 ValueOrThrow(std::move(out), s, "all_gather_v"),
@@ -189,8 +193,8 @@ PYBIND11_MODULE(_C, m) {
             absl::StatusOr<at::Tensor> out;
             {
               py::gil_scoped_release release;
-              out = s.group().AllReduce(tensor, wire_op, weight,
-                                        OptionsOf(timeout, &contributors));
+              out = client::torch::AllReduce(s.group(), tensor, wire_op, weight,
+                                             OptionsOf(timeout, &contributors));
             }
             return WithContributors<at::Tensor>{
                 ValueOrThrow(std::move(out), s, "all_reduce"),
@@ -207,8 +211,9 @@ PYBIND11_MODULE(_C, m) {
             absl::StatusOr<TensorMap> out;
             {
               py::gil_scoped_release release;
-              out = s.group().AllReduce(tensors, wire_op, weight,
-                                        OptionsOf(timeout, &contributors));
+              out =
+                  client::torch::AllReduce(s.group(), tensors, wire_op, weight,
+                                           OptionsOf(timeout, &contributors));
             }
             return WithContributors<TensorMap>{
                 ValueOrThrow(std::move(out), s, "all_reduce"),
@@ -223,8 +228,8 @@ PYBIND11_MODULE(_C, m) {
             absl::Status status;
             {
               py::gil_scoped_release release;
-              status = s.group().Broadcast(tensor, root,
-                                           OptionsOf(timeout, &contributors));
+              status = client::torch::Broadcast(
+                  s.group(), tensor, root, OptionsOf(timeout, &contributors));
             }
             if (!status.ok()) {
               ValueOrThrow(absl::StatusOr<int>(status), s, "broadcast");

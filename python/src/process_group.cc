@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/group.h"
-#include "client/torch_dtype.h"
+#include "client/torch/torch_dtype.h"
 #include "client/work.h"
 #include "common/tensor_spec.h"
 #include "python/src/error.h"

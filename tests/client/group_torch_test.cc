@@ -1,4 +1,5 @@
-// The torch::Tensor adapter of Group, end to end over mutual TLS.
+// The torch::Tensor adapter of Group (client/torch/torch_collectives.h),
+// end to end over mutual TLS.
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/client.h"
+#include "client/torch/torch_collectives.h"
 #include "tests/e2e/test_cluster.h"
 
 namespace fedgather::testing {
@@ -26,13 +28,13 @@ TEST(GroupTorchTest, AllGatherVariantsAndBroadcastMatchTorch) {
     const at::Tensor expected = at::stack(all);
 
     // One tensor in, [world, *shape] out.
-    auto gathered = (*group)->AllGather(all[i]);
+    auto gathered = client::torch::AllGather(**group, all[i]);
     ASSERT_TRUE(gathered.ok()) << gathered.status();
     EXPECT_TRUE(at::equal(*gathered, expected));
 
     // Into a caller-allocated output.
     at::Tensor out = at::zeros({3, 3, 4}, at::kFloat);
-    ASSERT_TRUE((*group)->AllGatherInto(all[i], out).ok());
+    ASSERT_TRUE(client::torch::AllGatherInto(**group, all[i], out).ok());
     EXPECT_TRUE(at::equal(out, expected));
 
     // A name -> tensor map of several dtypes, including a 0-element tensor.
@@ -40,15 +42,15 @@ TEST(GroupTorchTest, AllGatherVariantsAndBroadcastMatchTorch) {
         {"w", all[i].to(at::kBFloat16)},
         {"count", at::full({}, int64_t{10 + i}, at::kLong)},
         {"empty", at::empty({0, 2}, at::kInt)}};
-    auto map = (*group)->AllGather(inputs);
+    auto map = client::torch::AllGather(**group, inputs);
     ASSERT_TRUE(map.ok()) << map.status();
     EXPECT_TRUE(at::equal(map->at("w"), expected.to(at::kBFloat16)));
     EXPECT_TRUE(at::equal(map->at("count"), at::arange(10, 13, at::kLong)));
     EXPECT_EQ(map->at("empty").sizes(), (at::IntArrayRef{3, 0, 2}));
 
     // all_gather_v: rank r sends r + 1 rows.
-    auto parts =
-        (*group)->AllGatherV(at::full({i + 1, 2}, double(i), at::kDouble));
+    auto parts = client::torch::AllGatherV(
+        **group, at::full({i + 1, 2}, double(i), at::kDouble));
     ASSERT_TRUE(parts.ok()) << parts.status();
     ASSERT_EQ(parts->size(), 3u);
     for (int r = 0; r < 3; ++r) {
@@ -58,11 +60,11 @@ TEST(GroupTorchTest, AllGatherVariantsAndBroadcastMatchTorch) {
 
     // broadcast from rank 1, in place, as torch.distributed.broadcast.
     at::Tensor mine = at::full({4, 3}, float(i), at::kHalf);
-    ASSERT_TRUE((*group)->Broadcast(mine, 1).ok());
+    ASSERT_TRUE(client::torch::Broadcast(**group, mine, 1).ok());
     EXPECT_TRUE(at::equal(mine, at::full({4, 3}, 1.0, at::kHalf)));
 
     // A non-contiguous input is refused locally with a clear error.
-    auto strided = (*group)->AllGather(all[i].t());
+    auto strided = client::torch::AllGather(**group, all[i].t());
     EXPECT_EQ(strided.status().code(), absl::StatusCode::kInvalidArgument);
   });
 }
@@ -185,18 +187,20 @@ TEST_P(AllReduceTorchTest, EveryOpAndDtypeMatchesTorchsReduction) {
     ASSERT_TRUE(group.ok()) << group.status();
     // Integer means and BOOL tensors are refused locally, spending no seq
     // (first, while every member is still in the group).
-    auto refused = (*group)->AllReduce(at::ones({2}, at::kLong), v1::MEAN);
+    auto refused =
+        client::torch::AllReduce(**group, at::ones({2}, at::kLong), v1::MEAN);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(refused.status().message()),
                 ::testing::HasSubstr("MEAN needs floating tensors"));
-    auto boolean = (*group)->AllReduce(at::ones({2}, at::kBool), v1::MAX);
+    auto boolean =
+        client::torch::AllReduce(**group, at::ones({2}, at::kBool), v1::MAX);
     EXPECT_EQ(boolean.status().code(), absl::StatusCode::kInvalidArgument);
     for (v1::ReduceOp op :
          {v1::SUM, v1::MEAN, v1::MIN, v1::MAX, v1::WEIGHTED_MEAN}) {
       const bool floating_only = op == v1::MEAN || op == v1::WEIGHTED_MEAN;
       const std::vector<std::map<std::string, at::Tensor>>& all =
           all_inputs[floating_only];
-      auto got = (*group)->AllReduce(all[i], op, weights[i]);
+      auto got = client::torch::AllReduce(**group, all[i], op, weights[i]);
       ASSERT_TRUE(got.ok()) << v1::ReduceOp_Name(op) << ": " << got.status();
       ASSERT_EQ(got->size(), all[0].size());
       for (const auto& [name, tensor] : all[0]) {
@@ -229,12 +233,12 @@ TEST(GroupAsyncTest, OutstandingCollectivesCompleteInSeqOrder) {
     // Five collectives of different ops outstanding at once.
     std::vector<Work<at::Tensor>> gathers;
     for (int step = 0; step < 3; ++step) {
-      gathers.push_back((*group)->AllGatherAsync(part(i, step)));
+      gathers.push_back(client::torch::AllGatherAsync(**group, part(i, step)));
     }
-    Work<at::Tensor> sum = (*group)->AllReduceAsync(
-        at::full({4}, int64_t{i + 1}, at::kLong), v1::SUM);
+    Work<at::Tensor> sum = client::torch::AllReduceAsync(
+        **group, at::full({4}, int64_t{i + 1}, at::kLong), v1::SUM);
     at::Tensor mine = at::full({3}, double(i), at::kDouble);
-    Work<> broadcast = (*group)->BroadcastAsync(mine, 2);
+    Work<> broadcast = client::torch::BroadcastAsync(**group, mine, 2);
     Work<std::vector<std::string>> names =
         (*group)->AllGatherBytesAsync(TestCluster::Site(i));
 
@@ -274,11 +278,11 @@ TEST(GroupAsyncTest, WaitTimesOutWithoutCancellingTheCollective) {
       // Rank 1 starts only once rank 0 has seen its Wait time out.
       ASSERT_TRUE(
           rank0_waited.WaitForNotificationWithTimeout(absl::Seconds(30)));
-      auto got = (*group)->AllGather(input);
+      auto got = client::torch::AllGather(**group, input);
       ASSERT_TRUE(got.ok()) << got.status();
       return;
     }
-    Work<at::Tensor> work = (*group)->AllGatherAsync(input);
+    Work<at::Tensor> work = client::torch::AllGatherAsync(**group, input);
     const absl::Status early = work.Wait(absl::Milliseconds(50));
     EXPECT_EQ(early.code(), absl::StatusCode::kDeadlineExceeded) << early;
     EXPECT_FALSE(work.IsCompleted());
@@ -305,13 +309,15 @@ TEST(GroupAsyncTest, LeavingRefusesTheCollectivesStillQueued) {
       // not what this case is about.
       rank1_joined.Notify();
       ASSERT_TRUE(rank0_left.WaitForNotificationWithTimeout(absl::Seconds(30)));
-      auto after = (*group)->AllGather(at::ones({1}));
+      auto after = client::torch::AllGather(**group, at::ones({1}));
       EXPECT_EQ(after.status().code(), absl::StatusCode::kUnavailable)
           << after.status();
       return;
     }
-    Work<at::Tensor> running = (*group)->AllGatherAsync(at::ones({1}));
-    Work<at::Tensor> queued = (*group)->AllGatherAsync(at::ones({1}));
+    Work<at::Tensor> running =
+        client::torch::AllGatherAsync(**group, at::ones({1}));
+    Work<at::Tensor> queued =
+        client::torch::AllGatherAsync(**group, at::ones({1}));
     ASSERT_TRUE(rank1_joined.WaitForNotificationWithTimeout(absl::Seconds(30)));
     group->reset();  // leaves the group
     rank0_left.Notify();

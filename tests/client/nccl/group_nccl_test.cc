@@ -1,8 +1,9 @@
-// Group::ShareNcclUniqueId against a real server over mutual TLS, with the
-// signed audit log on: every member gets rank 0's ncclUniqueId, the audit
-// log holds its SHA-256 and never its bytes (raw, hex or in any record),
-// and no server event (what the server's stderr log prints) carries them.
-// ncclGetUniqueId needs no GPU, so this runs wherever fg_client_nccl builds.
+// ShareNcclUniqueId (client/nccl/nccl_unique_id.h) against a real server over
+// mutual TLS, with the signed audit log on: every member gets rank 0's
+// ncclUniqueId, the audit log holds its SHA-256 and never its bytes (raw, hex
+// or in any record), and no server event (what the server's stderr log prints)
+// carries them. ncclGetUniqueId needs no GPU, so this runs wherever
+// fg_client_nccl builds.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "client/group.h"
+#include "client/nccl/nccl_unique_id.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
 #include "tests/e2e/test_cluster.h"
@@ -42,14 +44,14 @@ TEST(ShareNcclUniqueIdTest, MembersGetRankZerosIdAndOnlyItsDigestIsAudited) {
   TestCluster cluster(options);
   auto members = std::make_unique<Members>(cluster);
   std::vector<absl::StatusOr<NcclUniqueIdBytes>> got(3);
-  RunRanks(3, [&](int r) { got[r] = members->groups[r]->ShareNcclUniqueId(); });
+  RunRanks(3, [&](int r) { got[r] = ShareNcclUniqueId(*members->groups[r]); });
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(got[r].ok()) << got[r].status();
   const NcclUniqueIdBytes id = *got[0];
   EXPECT_EQ(*got[1], id);
   EXPECT_EQ(*got[2], id);
   // A real id from ncclGetUniqueId: not all zeros, and a second one differs.
   EXPECT_NE(id, NcclUniqueIdBytes{});
-  RunRanks(3, [&](int r) { got[r] = members->groups[r]->ShareNcclUniqueId(); });
+  RunRanks(3, [&](int r) { got[r] = ShareNcclUniqueId(*members->groups[r]); });
   ASSERT_TRUE(got[0].ok()) << got[0].status();
   EXPECT_NE(*got[0], id);
   members->ExpectNextRoundWorks();

@@ -1,7 +1,7 @@
 // The mapping between LibTorch's scalar types and fedgather's dtypes, for
 // the torch adapters (fg_client_torch and the Python module).
-#ifndef FEDGATHER_CLIENT_TORCH_DTYPE_H_
-#define FEDGATHER_CLIENT_TORCH_DTYPE_H_
+#ifndef FEDGATHER_CLIENT_TORCH_TORCH_DTYPE_H_
+#define FEDGATHER_CLIENT_TORCH_TORCH_DTYPE_H_
 
 #include <c10/core/ScalarType.h>
 
@@ -23,4 +23,4 @@ at::ScalarType ScalarTypeOf(DType dtype);
 
 }  // namespace fedgather
 
-#endif  // FEDGATHER_CLIENT_TORCH_DTYPE_H_
+#endif  // FEDGATHER_CLIENT_TORCH_TORCH_DTYPE_H_

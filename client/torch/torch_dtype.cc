@@ -1,4 +1,4 @@
-#include "client/torch_dtype.h"
+#include "client/torch/torch_dtype.h"
 
 #include <ATen/ATen.h>
 

@@ -1,5 +1,5 @@
-// The NCCL parts of Group and the communicators bootstrapped through it
-// (fg_client_nccl).
+#include "client/nccl/nccl_communicators.h"
+
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
@@ -10,29 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/group.h"
-#include "client/nccl/nccl_communicators.h"
 #include "client/nccl/nccl_status.h"
-#include "client/nccl/unique_id.h"
+#include "client/nccl/nccl_unique_id.h"
 #include "common/status_macros.h"
 
 namespace fedgather {
-
-static_assert(sizeof(ncclUniqueId) == kNcclUniqueIdBytes,
-              "NCCL_UNIQUE_ID_BYTES changed");
-
-absl::StatusOr<NcclUniqueIdBytes> Group::ShareNcclUniqueId(
-    const CollectiveOptions& options) {
-  return ShareFromRankZero(
-      *this,
-      []() -> absl::StatusOr<NcclUniqueIdBytes> {
-        ncclUniqueId id;
-        FG_RETURN_IF_ERROR(NcclStatus(ncclGetUniqueId(&id), "ncclGetUniqueId"));
-        NcclUniqueIdBytes bytes;
-        std::memcpy(bytes.data(), id.internal, bytes.size());
-        return bytes;
-      },
-      options);
-}
 
 absl::StatusOr<std::unique_ptr<NcclCommunicators>> NcclCommunicators::Create(
     Group& group, std::vector<int> cuda_devices,
@@ -51,7 +33,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicators>> NcclCommunicators::Create(
     return absl::InvalidArgumentError("no CUDA devices to join with");
   }
   FG_ASSIGN_OR_RETURN(const NcclUniqueIdBytes id_bytes,
-                      group.ShareNcclUniqueId(options));
+                      ShareNcclUniqueId(group, options));
   ncclUniqueId id;
   std::memcpy(id.internal, id_bytes.data(), id_bytes.size());
 

@@ -9,11 +9,6 @@
 #include "common/status_macros.h"
 
 namespace fedgather {
-namespace {
-
-constexpr char kCollectiveMethod[] = "/fedgather.v1.Rendezvous/Collective";
-
-}  // namespace
 
 CollectiveCall::CollectiveCall(CollectiveSetup setup,
                                absl::Span<const ConstHostTensor> inputs,
@@ -93,8 +88,8 @@ absl::Status CollectiveCall::Prepare() {
   return absl::OkStatus();
 }
 
-void CollectiveCall::Start(grpc::GenericStub* stub) {
-  stub_ = stub;
+void CollectiveCall::Start(DataPlane* plane) {
+  plane_ = plane;
   StartAttempt(/*resume=*/false);
 }
 
@@ -112,17 +107,12 @@ void CollectiveCall::StartAttempt(bool resume) {
   }
   ++stats_.streams;
   attempt_ = std::make_unique<Attempt>(this, resume);
-  attempt_->Start(stub_, EncodeFrame(frame));
+  attempt_->Start(plane_, EncodeFrame(frame));
 }
 
-void CollectiveCall::Attempt::Start(grpc::GenericStub* stub,
-                                    grpc::ByteBuffer header) {
-  stub->PrepareBidiStreamingCall(&context_, kCollectiveMethod,
-                                 grpc::StubOptions(), this);
-  StartRead(&read_buffer_);
-  write_buffer_ = std::move(header);
-  StartWrite(&write_buffer_);
-  StartCall();
+void CollectiveCall::Attempt::Start(DataPlane* plane, grpc::ByteBuffer header) {
+  stream_ = plane->Open(std::move(header), this);
+  stream_->Start();
 }
 
 Sha256Digest CollectiveCall::ContributionDigest() const {
@@ -164,13 +154,13 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
         static_cast<const uint8_t*>(inputs_[write_tensor_].data) +
         write_offset_;
     if (!own_digest_known_) own_hasher_.Update(data, meta.size);
-    attempt->write_buffer_ = EncodeChunkFrame(meta, data);
+    grpc::ByteBuffer chunk_frame = EncodeChunkFrame(meta, data);
     write_offset_ += static_cast<int64_t>(meta.size);
     stats_.payload_bytes_sent += static_cast<int64_t>(meta.size);
     if (setup_.progress != nullptr) {
       setup_.progress->payload_bytes_sent += static_cast<int64_t>(meta.size);
     }
-    attempt->StartWrite(&attempt->write_buffer_);
+    attempt->Write(std::move(chunk_frame));
     return;
   }
   if (!end_sent_) {
@@ -182,17 +172,16 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
     v1::CollectiveFrame frame;
     frame.mutable_end()->set_rank(setup_.rank);
     frame.mutable_end()->set_sha256(own_digest_.data(), own_digest_.size());
-    attempt->write_buffer_ = EncodeFrame(frame);
-    attempt->StartWrite(&attempt->write_buffer_);
+    attempt->Write(EncodeFrame(frame));
     return;
   }
-  attempt->StartWritesDone();
+  attempt->WritesDone();
 }
 
-void CollectiveCall::Attempt::OnWriteDone(bool ok) {
+void CollectiveCall::Attempt::OnWritten(bool ok) {
   // A failed write loses data the server may never get. The stream can
   // still read on (seen when gRPC retried the call on a new connection after
-  // a transport closed under it), so end it: OnDone then brings a status
+  // a transport closed under it), so end it: OnEnded then brings a status
   // that is not final, and the call resumes on a new stream.
   if (!ok) {
     write_failed_ = true;
@@ -209,28 +198,26 @@ void CollectiveCall::Attempt::OnWriteDone(bool ok) {
   call_->WriteNext(this);
 }
 
-void CollectiveCall::Attempt::OnReadDone(bool ok) {
-  if (!ok) return;
+bool CollectiveCall::Attempt::OnFrame(grpc::ByteBuffer& frame) {
   if (call_->setup_.liveness != nullptr) {
     call_->setup_.liveness->Heard(absl::Now());
   }
-  if (call_->HandleRead(this)) StartRead(&read_buffer_);
+  return call_->HandleRead(this, frame);
 }
 
-void CollectiveCall::Attempt::OnDone(const grpc::Status& final_status) {
+void CollectiveCall::Attempt::OnEnded(const grpc::Status& final_status,
+                                      bool final) {
   status = write_failed_ && final_status.error_code() == grpc::CANCELLED
                ? grpc::Status(grpc::UNAVAILABLE,
                               "the collective stream to the server broke: a "
                               "write failed")
                : final_status;
-  const auto& trailers = context_.GetServerTrailingMetadata();
-  auto it = trailers.find(kFinalStatusKey);
-  server_final = it != trailers.end() && it->second != kFinalStatusRetry;
+  server_final = final;
   done.Notify();
 }
 
-bool CollectiveCall::HandleRead(Attempt* attempt) {
-  if (absl::Status handled = HandleFrame(attempt); !handled.ok()) {
+bool CollectiveCall::HandleRead(Attempt* attempt, grpc::ByteBuffer& frame) {
+  if (absl::Status handled = HandleFrame(attempt, frame); !handled.ok()) {
     Abort(attempt, handled);
     return false;
   }
@@ -251,11 +238,12 @@ void CollectiveCall::Abort(Attempt* attempt, const absl::Status& status) {
   attempt->Cancel();
 }
 
-absl::Status CollectiveCall::HandleFrame(Attempt* attempt) {
+absl::Status CollectiveCall::HandleFrame(Attempt* attempt,
+                                         grpc::ByteBuffer& received) {
   v1::CollectiveFrame frame;
   DownloadSink sink(this);
   FG_ASSIGN_OR_RETURN(const v1::CollectiveFrame::KindCase kind,
-                      DecodeFrame(attempt->read_buffer_, &frame, &sink));
+                      DecodeFrame(received, &frame, &sink));
   switch (kind) {
     case v1::CollectiveFrame::kHeader:
       FG_RETURN_IF_ERROR(HandleHeader(frame.header()));

@@ -9,15 +9,15 @@
 // on from the bytes the server holds, the download from the frames this
 // client has; nothing is received twice.
 //
-// Threading: Start may be called from any thread; gRPC runs the reactions on
-// its callback threads; Wait blocks the caller and starts the resumed
-// streams. One stream (Attempt) runs at a time. Inputs and target memory
-// must stay valid until Wait returns.
+// How the frames travel is the DataPlane's business (client/data_plane.h):
+// each attempt opens one FrameStream on it (today the server's relay).
+//
+// Threading: Start may be called from any thread; the data plane runs the
+// stream's events on its threads (gRPC's callback threads); Wait blocks the
+// caller and starts the resumed streams. One stream (Attempt) runs at a
+// time. Inputs and target memory must stay valid until Wait returns.
 #ifndef FEDGATHER_CLIENT_COLLECTIVE_CALL_H_
 #define FEDGATHER_CLIENT_COLLECTIVE_CALL_H_
-
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/support/client_callback.h>
 
 #include <atomic>
 #include <cstdint>
@@ -32,6 +32,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/data_plane.h"
 #include "client/server_liveness.h"
 #include "common/chunk_sequence.h"
 #include "common/fingerprint.h"
@@ -103,10 +104,10 @@ class CollectiveCall {
                  ReceiveTarget* target);
 
   // Prepare validates the inputs and copies this rank's part into the
-  // target; nothing is sent. Start, after a successful Prepare, starts the
-  // RPC.
+  // target; nothing is sent. Start, after a successful Prepare, opens the
+  // first stream on `plane`, which must outlive Wait.
   absl::Status Prepare();
-  void Start(grpc::GenericStub* stub);
+  void Start(DataPlane* plane);
 
   // Wait blocks until the call is done, at most `timeout` (then it cancels
   // the call and returns DEADLINE_EXCEEDED), or until the setup's liveness
@@ -124,13 +125,16 @@ class CollectiveCall {
   const TransferStats& stats() const { return stats_; }
 
  private:
-  // One stream of the collective: the first, or one that resumes it.
-  class Attempt
-      : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+  // One stream of the collective: the first, or one that resumes it. It
+  // handles its FrameStream's events (on the data plane's threads) and owns
+  // the stream, which it outlives: it is destroyed only after `done`.
+  class Attempt : public FrameHandler {
    public:
     Attempt(CollectiveCall* call, bool resume) : call_(call), resume_(resume) {}
-    void Start(grpc::GenericStub* stub, grpc::ByteBuffer header);
-    void Cancel() { context_.TryCancel(); }
+    void Start(DataPlane* plane, grpc::ByteBuffer header);
+    void Write(grpc::ByteBuffer frame) { stream_->Write(std::move(frame)); }
+    void WritesDone() { stream_->WritesDone(); }
+    void Cancel() { stream_->Cancel(); }
     // The status the stream ended with and whether the server ended it on
     // purpose (then it is not resumed).
     grpc::Status status;
@@ -139,15 +143,13 @@ class CollectiveCall {
 
    private:
     friend class CollectiveCall;
-    void OnWriteDone(bool ok) override;
-    void OnReadDone(bool ok) override;
-    void OnDone(const grpc::Status& status) override;
+    void OnWritten(bool ok) override;
+    bool OnFrame(grpc::ByteBuffer& frame) override;
+    void OnEnded(const grpc::Status& status, bool server_final) override;
 
     CollectiveCall* const call_;
     const bool resume_;
-    grpc::ClientContext context_;
-    grpc::ByteBuffer write_buffer_;          // one write in flight
-    grpc::ByteBuffer read_buffer_;           // one read in flight
+    std::unique_ptr<FrameStream> stream_;    // set before it starts
     std::atomic<bool> write_failed_{false};  // Cancel came from a failed write
     // A resumed stream writes nothing after its header until the server's
     // Resumed frame has set the upload position.
@@ -182,9 +184,9 @@ class CollectiveCall {
   void StartAttempt(bool resume);
   // WriteNext writes the next chunk, the end, or half-closes.
   void WriteNext(Attempt* attempt);
-  // ReadNext handles a received frame; false when the stream must stop.
-  bool HandleRead(Attempt* attempt);
-  absl::Status HandleFrame(Attempt* attempt);
+  // HandleRead handles a received frame; false when the stream must stop.
+  bool HandleRead(Attempt* attempt, grpc::ByteBuffer& frame);
+  absl::Status HandleFrame(Attempt* attempt, grpc::ByteBuffer& frame);
   absl::Status HandleHeader(const v1::CollectiveHeader& header);
   absl::Status HandleResumed(const v1::Resumed& resumed);
   absl::Status HandleCommit(const v1::Commit& commit);
@@ -198,7 +200,7 @@ class CollectiveCall {
   const CollectiveSetup setup_;
   const absl::Span<const ConstHostTensor> inputs_;
   ReceiveTarget* const target_;
-  grpc::GenericStub* stub_ = nullptr;
+  DataPlane* plane_ = nullptr;
   Fingerprint fingerprint_;
   std::vector<int64_t> input_bytes_;
   v1::CollectiveFrame header_frame_;  // the first stream's header

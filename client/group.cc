@@ -72,7 +72,7 @@ CollectiveSetup Setup(v1::Op op) {
 Group::Group(std::shared_ptr<grpc::Channel> channel, std::string server,
              std::string name, absl::Duration resume_grace)
     : session_(channel, std::move(server), std::move(name), resume_grace),
-      generic_stub_(channel) {}
+      data_plane_(channel) {}
 
 Group::~Group() {
   session_.BeginLeave();
@@ -112,7 +112,7 @@ absl::Status Group::Run(CollectiveSetup setup,
   // Bad local input is reported as such, even when the group has ended.
   FG_RETURN_IF_ERROR(call.Prepare());
   FG_RETURN_IF_ERROR(session_.Check());
-  call.Start(&generic_stub_);
+  call.Start(&data_plane_);
   // The header is on its way: this seq is spent whatever the outcome.
   ++next_seq_;
   const absl::Status status = call.Wait(options.timeout);

@@ -27,7 +27,6 @@
 #define FEDGATHER_CLIENT_GROUP_H_
 
 #include <grpcpp/channel.h>
-#include <grpcpp/generic/generic_stub.h>
 
 #include <cstdint>
 #include <functional>
@@ -41,6 +40,7 @@
 #include "absl/types/span.h"
 #include "client/collective_call.h"
 #include "client/collective_queue.h"
+#include "client/relay_data_plane.h"
 #include "client/session.h"
 #include "client/work.h"
 #include "common/tensor_spec.h"
@@ -245,9 +245,9 @@ class Group {
                    ReceiveTarget* target, const CollectiveOptions& options);
 
   Session session_;  // the membership: join, heartbeats, resume, leave
-  grpc::GenericStub generic_stub_;  // opens the collective streams
-  uint64_t next_seq_ = 0;           // used only on the queue's thread
-  CollectiveQueue queue_;           // runs every collective, in order
+  RelayDataPlane data_plane_;  // carries the collectives' bytes
+  uint64_t next_seq_ = 0;      // used only on the queue's thread
+  CollectiveQueue queue_;      // runs every collective, in order
 };
 
 template <typename T>

@@ -41,19 +41,22 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
       std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
       interceptors;
   if (!options.tls.insecure_plaintext_for_benchmarks) {
-    interceptors.push_back(
-        MakeHandshakeRefusalInterceptor(options.server_address, options.tls));
+    interceptors.push_back(MakeHandshakeRefusalInterceptor(
+        options.server_address, options.tls, options.clock));
   }
   std::shared_ptr<grpc::Channel> channel =
       grpc::experimental::CreateCustomChannelWithInterceptors(
           options.server_address, MakeChannelCredentials(options.tls), args,
           std::move(interceptors));
   return std::unique_ptr<Client>(
-      new Client(options.server_address, std::move(channel)));
+      new Client(options.server_address, std::move(channel), options.clock));
 }
 
-Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel)
-    : address_(std::move(address)), channel_(std::move(channel)) {}
+Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel,
+               Clock* clock)
+    : address_(std::move(address)),
+      channel_(std::move(channel)),
+      clock_(clock) {}
 
 absl::StatusOr<std::unique_ptr<Group>> Client::Join(
     const JoinOptions& options) {
@@ -71,8 +74,8 @@ absl::StatusOr<std::unique_ptr<Group>> Client::Join(
   request.set_group(options.group);
   request.set_world_size(options.world_size);
   if (options.rank.has_value()) request.set_requested_rank(*options.rank);
-  std::unique_ptr<Group> group(
-      new Group(channel_, address_, options.group, options.resume_grace));
+  std::unique_ptr<Group> group(new Group(channel_, address_, options.group,
+                                         options.resume_grace, clock_));
   if (absl::Status joined =
           group->Join(request, options.timeout, options.connect_timeout);
       !joined.ok()) {
@@ -92,7 +95,7 @@ absl::StatusOr<Reply> CallAdmin(const std::shared_ptr<grpc::Channel>& channel,
                                 absl::Duration timeout) {
   v1::Admin::Stub stub(channel);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context.set_deadline(RealDeadlineAfter(timeout));
   Reply reply;
   const grpc::Status status = (stub.*method)(&context, request, &reply);
   if (!status.ok()) return FromGrpcStatus(status);
@@ -129,7 +132,7 @@ absl::StatusOr<v1::ReloadPolicyReply> Client::ReloadPolicy(
 absl::Status Client::CheckHealth(absl::Duration timeout) {
   grpc::health::v1::Health::Stub stub(channel_);
   grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context.set_deadline(RealDeadlineAfter(timeout));
   grpc::health::v1::HealthCheckResponse reply;
   const grpc::Status status =
       stub.Check(&context, grpc::health::v1::HealthCheckRequest(), &reply);

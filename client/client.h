@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/group.h"
+#include "common/clock.h"
 #include "common/tls_credentials.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 
@@ -30,6 +31,9 @@ struct ClientOptions {
   std::string
       server_address;  // HOST:PORT; the server certificate must name HOST
   TlsFiles tls;        // this participant's cert, key and the CA
+  // The time source of the client and its groups (common/clock.h); must
+  // outlive them.
+  Clock* clock = SystemClock();
 };
 
 struct JoinOptions {
@@ -98,10 +102,12 @@ class Client {
   absl::Status CheckHealth(absl::Duration timeout = absl::Seconds(5));
 
  private:
-  Client(std::string address, std::shared_ptr<grpc::Channel> channel);
+  Client(std::string address, std::shared_ptr<grpc::Channel> channel,
+         Clock* clock);
 
   const std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
+  Clock* const clock_;
 };
 
 }  // namespace fedgather

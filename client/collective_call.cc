@@ -200,7 +200,7 @@ void CollectiveCall::Attempt::OnWritten(bool ok) {
 
 bool CollectiveCall::Attempt::OnFrame(grpc::ByteBuffer& frame) {
   if (call_->setup_.liveness != nullptr) {
-    call_->setup_.liveness->Heard(absl::Now());
+    call_->setup_.liveness->Heard(call_->setup_.clock->Now());
   }
   return call_->HandleRead(this, frame);
 }
@@ -449,9 +449,10 @@ void CollectiveCall::AwaitAttempt(absl::Time deadline, absl::Duration timeout) {
     const absl::Time until =
         setup_.liveness == nullptr
             ? deadline
-            : std::min(deadline, absl::Now() + setup_.liveness->check_every());
-    if (attempt_->done.WaitForNotificationWithDeadline(until)) return;
-    const absl::Time now = absl::Now();
+            : std::min(deadline,
+                       setup_.clock->Now() + setup_.liveness->check_every());
+    if (setup_.clock->WaitForNotification(&attempt_->done, until)) return;
+    const absl::Time now = setup_.clock->Now();
     absl::Status abort = setup_.liveness == nullptr
                              ? absl::OkStatus()
                              : setup_.liveness->Check(now);
@@ -470,7 +471,7 @@ void CollectiveCall::AwaitAttempt(absl::Time deadline, absl::Duration timeout) {
 }
 
 absl::Status CollectiveCall::Wait(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = setup_.clock->Now() + timeout;
   absl::Time broken_since = absl::InfiniteFuture();
   absl::Duration backoff = absl::Milliseconds(20);
   for (;;) {
@@ -489,14 +490,14 @@ absl::Status CollectiveCall::Wait(absl::Duration timeout) {
     }
     // A stream the server ended on purpose carries the round's outcome; a
     // broken one is resumed, with backoff, within the grace.
-    const absl::Time now = absl::Now();
+    const absl::Time now = setup_.clock->Now();
     if (broken_since == absl::InfiniteFuture()) broken_since = now;
     if (attempt_->server_final || committed_ ||
         now + backoff >
             std::min(deadline, broken_since + setup_.resume_grace)) {
       return FromGrpcStatus(status);
     }
-    absl::SleepFor(backoff);
+    setup_.clock->SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));
     StartAttempt(/*resume=*/true);
   }

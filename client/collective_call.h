@@ -35,6 +35,7 @@
 #include "client/data_plane.h"
 #include "client/server_liveness.h"
 #include "common/chunk_sequence.h"
+#include "common/clock.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
@@ -84,6 +85,7 @@ struct CollectiveSetup {
   int64_t break_after_bytes_sent = -1;
   int64_t break_after_frames_received = -1;
   TransferProgress* progress = nullptr;  // may be null
+  Clock* clock = SystemClock();  // deadlines and backoff; must outlive it
   // When set, hears of every frame received, and Wait fails the call with
   // its status once the server has been silent too long (may be null).
   ServerLiveness* liveness = nullptr;

@@ -70,9 +70,11 @@ CollectiveSetup Setup(v1::Op op) {
 }  // namespace
 
 Group::Group(std::shared_ptr<grpc::Channel> channel, std::string server,
-             std::string name, absl::Duration resume_grace)
-    : session_(channel, std::move(server), std::move(name), resume_grace),
-      data_plane_(channel) {}
+             std::string name, absl::Duration resume_grace, Clock* clock)
+    : session_(channel, std::move(server), std::move(name), resume_grace,
+               clock),
+      data_plane_(channel),
+      clock_(clock) {}
 
 Group::~Group() {
   session_.BeginLeave();
@@ -108,6 +110,7 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.break_after_frames_received = options.break_after_frames_received;
   setup.progress = options.progress;
   setup.liveness = session_.liveness();
+  setup.clock = clock_;
   CollectiveCall call(setup, inputs, target);
   // Bad local input is reported as such, even when the group has ended.
   FG_RETURN_IF_ERROR(call.Prepare());

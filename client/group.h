@@ -43,6 +43,7 @@
 #include "client/relay_data_plane.h"
 #include "client/session.h"
 #include "client/work.h"
+#include "common/clock.h"
 #include "common/tensor_spec.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 
@@ -213,8 +214,9 @@ class Group {
  private:
   friend class Client;
   // `server` (HOST:PORT) names the server in errors.
+  // `clock` (ClientOptions::clock) must outlive the group.
   Group(std::shared_ptr<grpc::Channel> channel, std::string server,
-        std::string name, absl::Duration resume_grace);
+        std::string name, absl::Duration resume_grace, Clock* clock);
 
   // Join joins the group (Session::Join) and blocks until it forms.
   absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout,
@@ -246,6 +248,7 @@ class Group {
 
   Session session_;  // the membership: join, heartbeats, resume, leave
   RelayDataPlane data_plane_;  // carries the collectives' bytes
+  Clock* const clock_;
   uint64_t next_seq_ = 0;      // used only on the queue's thread
   CollectiveQueue queue_;      // runs every collective, in order
 };

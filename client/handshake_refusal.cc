@@ -31,8 +31,11 @@ class HandshakeRefusalInterceptor final
  public:
   HandshakeRefusalInterceptor(const std::string* address,
                               const ClientCertVerifier* own_ca,
-                              const std::string* cert_pem)
-      : address_(address), own_ca_(own_ca), cert_pem_(cert_pem) {}
+                              const std::string* cert_pem, Clock* clock)
+      : address_(address),
+        own_ca_(own_ca),
+        cert_pem_(cert_pem),
+        clock_(clock) {}
 
   void Intercept(
       grpc::experimental::InterceptorBatchMethods* methods) override {
@@ -40,7 +43,7 @@ class HandshakeRefusalInterceptor final
             grpc::experimental::InterceptionHookPoints::POST_RECV_STATUS)) {
       grpc::Status* status = methods->GetRecvStatus();
       *status = ExplainHandshakeRefusal(*status, *address_, own_ca_, *cert_pem_,
-                                        absl::Now());
+                                        clock_->Now());
     }
     methods->Proceed();
   }
@@ -50,13 +53,15 @@ class HandshakeRefusalInterceptor final
   const std::string* address_;
   const ClientCertVerifier* own_ca_;
   const std::string* cert_pem_;
+  Clock* const clock_;
 };
 
 class HandshakeRefusalFactory final
     : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
-  HandshakeRefusalFactory(std::string address, const TlsFiles& tls)
-      : address_(std::move(address)), cert_pem_(tls.cert_pem) {
+  HandshakeRefusalFactory(std::string address, const TlsFiles& tls,
+                          Clock* clock)
+      : address_(std::move(address)), cert_pem_(tls.cert_pem), clock_(clock) {
     // A ca.pem without a CA certificate (a pinned leaf, say) cannot stand
     // for the server's client CA: then nothing is explained.
     absl::StatusOr<std::unique_ptr<ClientCertVerifier>> own_ca =
@@ -66,13 +71,14 @@ class HandshakeRefusalFactory final
 
   grpc::experimental::Interceptor* CreateClientInterceptor(
       grpc::experimental::ClientRpcInfo* /*info*/) override {
-    return new HandshakeRefusalInterceptor(&address_, own_ca_.get(),
-                                           &cert_pem_);
+    return new HandshakeRefusalInterceptor(&address_, own_ca_.get(), &cert_pem_,
+                                           clock_);
   }
 
  private:
   const std::string address_;
   const std::string cert_pem_;
+  Clock* const clock_;
   std::unique_ptr<ClientCertVerifier> own_ca_;
 };
 
@@ -116,8 +122,10 @@ grpc::Status ExplainHandshakeRefusal(const grpc::Status& status,
 }
 
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
-MakeHandshakeRefusalInterceptor(std::string address, const TlsFiles& tls) {
-  return std::make_unique<HandshakeRefusalFactory>(std::move(address), tls);
+MakeHandshakeRefusalInterceptor(std::string address, const TlsFiles& tls,
+                                Clock* clock) {
+  return std::make_unique<HandshakeRefusalFactory>(std::move(address), tls,
+                                                   clock);
 }
 
 }  // namespace fedgather

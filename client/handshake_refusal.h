@@ -25,6 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/cert_verifier.h"
+#include "common/clock.h"
 #include "common/tls_credentials.h"
 
 namespace fedgather {
@@ -48,9 +49,11 @@ grpc::Status ExplainHandshakeRefusal(const grpc::Status& status,
 
 // MakeHandshakeRefusalInterceptor returns a client interceptor factory that
 // applies ExplainHandshakeRefusal, with the certificate and CA of `tls`, to
-// the status of every call of its channel. Its interceptors never block.
+// the status of every call of its channel, at `clock`'s time (it must
+// outlive the factory). Its interceptors never block.
 std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>
-MakeHandshakeRefusalInterceptor(std::string address, const TlsFiles& tls);
+MakeHandshakeRefusalInterceptor(std::string address, const TlsFiles& tls,
+                                Clock* clock = SystemClock());
 
 }  // namespace fedgather
 

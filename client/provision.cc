@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/cert_issuer.h"
+#include "common/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 
@@ -173,8 +174,9 @@ absl::Status Provision(const ProvisionOptions& options) {
   FG_RETURN_IF_ERROR(MakeDirectories(dir, kDirMode));
 
   // Taken before the CA is made, so that every leaf expires no later than
-  // the CA, whose own clock reading comes after this one.
-  const absl::Time not_after = absl::Now() + options.validity;
+  // the CA, whose own clock reading comes after this one. That reading is
+  // the real clock's (common/cert_issuer.cc), so this one must be too.
+  const absl::Time not_after = SystemClock()->Now() + options.validity;
   FG_ASSIGN_OR_RETURN(
       const KeyAndCert ca,
       CreateCertificateAuthority("fedgather CA", options.validity));

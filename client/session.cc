@@ -22,11 +22,13 @@ bool IsTlsTrustFailure(const absl::Status& status) {
 }  // namespace
 
 Session::Session(std::shared_ptr<grpc::Channel> channel, std::string server,
-                 std::string group, absl::Duration resume_grace)
+                 std::string group, absl::Duration resume_grace,
+                 Clock* clock)
     : stub_(v1::Rendezvous::NewStub(channel)),
       name_(std::move(group)),
       liveness_(std::move(server), name_),
-      resume_grace_(resume_grace) {}
+      resume_grace_(resume_grace),
+      clock_(clock) {}
 
 Session::~Session() {
   if (!left_) {
@@ -120,7 +122,7 @@ absl::StatusOr<v1::Joined> Session::OpenSession(const v1::JoinRequest& request,
 absl::Status Session::Join(const v1::JoinRequest& request,
                            absl::Duration timeout,
                            absl::Duration connect_timeout) {
-  const absl::Time start = absl::Now();
+  const absl::Time start = clock_->Now();
   const absl::Time give_up = start + timeout;
   const absl::Time stop_connecting = start + std::min(connect_timeout, timeout);
   absl::Duration backoff = absl::Milliseconds(50);
@@ -128,7 +130,7 @@ absl::Status Session::Join(const v1::JoinRequest& request,
   for (int attempt = 1;; ++attempt) {
     bool server_final = false;
     joined = OpenSession(request,
-                         std::max(give_up - absl::Now(), absl::Milliseconds(1)),
+                         std::max(give_up - clock_->Now(), absl::Milliseconds(1)),
                          &server_final);
     // Only a broken stream is tried again: the server did not answer it,
     // and the TLS handshake did not refuse the server's certificate.
@@ -136,16 +138,16 @@ absl::Status Session::Join(const v1::JoinRequest& request,
         IsTlsTrustFailure(joined.status())) {
       break;
     }
-    if (absl::Now() + backoff >= stop_connecting) {
+    if (clock_->Now() + backoff >= stop_connecting) {
       if (attempt == 1) break;
       return absl::UnavailableError(
           absl::StrCat("could not reach the server within ",
                        absl::FormatDuration(absl::Trunc(
-                           absl::Now() - start, absl::Milliseconds(100))),
+                           clock_->Now() - start, absl::Milliseconds(100))),
                        " (", attempt,
                        " tries); the last error: ", joined.status().message()));
     }
-    absl::SleepFor(backoff);
+    clock_->SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
   if (!joined.ok()) return joined.status();
@@ -168,7 +170,7 @@ absl::Status Session::Join(const v1::JoinRequest& request,
 
 void Session::StartHeartbeats() {
   // The Joined just arrived: the server is heard from as of now.
-  liveness_.Watch(heartbeat_timeout_, heartbeat_interval_, absl::Now());
+  liveness_.Watch(heartbeat_timeout_, heartbeat_interval_, clock_->Now());
   stop_heartbeats_ = std::make_unique<absl::Notification>();
   heartbeat_thread_ = std::thread([this, stop = stop_heartbeats_.get()] {
     v1::SessionRequest heartbeat;
@@ -195,7 +197,7 @@ void Session::RunSession() {
   for (;;) {
     v1::SessionEvent event;
     // The server answers each heartbeat; every event shows it is alive.
-    while (session_->Read(&event)) liveness_.Heard(absl::Now());
+    while (session_->Read(&event)) liveness_.Heard(clock_->Now());
     liveness_.Pause();  // a broken session is resumed within its grace
     StopHeartbeats();
     const grpc::Status status = session_->Finish();
@@ -227,7 +229,7 @@ void Session::RunSession() {
 }
 
 absl::Status Session::CheckServer() {
-  absl::Status silent = liveness_.Check(absl::Now());
+  absl::Status silent = liveness_.Check(clock_->Now());
   if (silent.ok()) return silent;
   absl::MutexLock lock(&mu_);
   if (session_status_.ok()) {
@@ -250,13 +252,13 @@ absl::Status Session::ResumeSession(absl::string_view why) {
   request.set_world_size(static_cast<uint32_t>(world_size_));
   request.set_requested_rank(static_cast<uint32_t>(rank_));
   request.set_resume_epoch(epoch_);
-  const absl::Time give_up = absl::Now() + resume_grace_;
+  const absl::Time give_up = clock_->Now() + resume_grace_;
   absl::Duration backoff = absl::Milliseconds(50);
   absl::Status last;
-  while (absl::Now() < give_up) {
+  while (clock_->Now() < give_up) {
     bool server_final = false;
     absl::StatusOr<v1::Joined> joined = OpenSession(
-        request, std::max(give_up - absl::Now(), absl::Milliseconds(1)),
+        request, std::max(give_up - clock_->Now(), absl::Milliseconds(1)),
         &server_final);
     if (joined.ok()) {
       if (joined->epoch() != epoch_ ||
@@ -268,7 +270,7 @@ absl::Status Session::ResumeSession(absl::string_view why) {
     }
     last = joined.status();
     if (server_final || absl::IsCancelled(last)) return last;
-    if (leave_.WaitForNotificationWithTimeout(backoff)) break;
+    if (clock_->WaitForNotification(&leave_, clock_->Now() + backoff)) break;
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
   return absl::UnavailableError(absl::StrCat(

@@ -27,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/server_liveness.h"
+#include "common/clock.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 
 namespace fedgather {
@@ -35,9 +36,9 @@ class Session {
  public:
   // `server` (HOST:PORT) names the server in errors; `group` is the name
   // the session joins. A broken stream is resumed within `resume_grace`
-  // (zero: a break ends the session).
+  // (zero: a break ends the session). `clock` must outlive the session.
   Session(std::shared_ptr<grpc::Channel> channel, std::string server,
-          std::string group, absl::Duration resume_grace);
+          std::string group, absl::Duration resume_grace, Clock* clock);
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
   // Leaves (Leave) if the session still stands, and joins its threads.
@@ -109,6 +110,7 @@ class Session {
   std::vector<std::string> identities_;
 
   const absl::Duration resume_grace_;
+  Clock* const clock_;
   bool left_ = false;  // Leave ran; touched by the owner's thread only
   // The session stream now; replaced only by the session thread, while no
   // heartbeat thread runs, under write_mu_, which every write holds.

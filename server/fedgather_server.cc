@@ -62,6 +62,9 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   std::unique_ptr<FedgatherServer> server(
       new FedgatherServer(std::move(options)));
   ServerOptions& o = server->options_;
+  // One clock for every part (ServerOptions::clock).
+  o.limits.clock = o.clock;
+  o.audit.clock = o.clock;
   if (!o.audit.path.empty()) {
     if (o.audit_sign && o.audit.signing_key_pem.empty()) {
       o.audit.signing_key_pem = o.tls.key_pem;
@@ -85,7 +88,7 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   if (!o.metrics_listen.empty()) {
     FG_ASSIGN_OR_RETURN(
         server->metrics_,
-        ServerMetrics::Start(o.metrics_listen, o.limits.events));
+        ServerMetrics::Start(o.metrics_listen, o.limits.events, o.clock));
     o.limits.events = server->metrics_.get();
     o.limits.metrics = server->metrics_.get();
   }
@@ -104,15 +107,16 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   FG_ASSIGN_OR_RETURN(server->access_, AccessControl::Create(access));
   {
     PendingCallbacks restored;  // events of the restore, after the lock
-    FG_RETURN_IF_ERROR(server->registry_->RestoreState(o.clock(), &restored));
+    FG_RETURN_IF_ERROR(
+        server->registry_->RestoreState(o.clock->Now(), &restored));
   }
   server->first_frame_ =
       std::make_unique<FirstFrameDeadlines>(o.first_frame_timeout);
   server->service_ = std::make_unique<RendezvousService>(
       server->registry_.get(), server->access_.get(),
       server->first_frame_.get(), o.limits.max_chunk_bytes, o.clock);
-  server->admin_ = std::make_unique<AdminService>(server->registry_.get(),
-                                                  server->access_.get());
+  server->admin_ = std::make_unique<AdminService>(
+      server->registry_.get(), server->access_.get(), o.clock);
 
   // The standard health service (grpc.health.v1.Health), gRPC's own: it
   // answers SERVING from here on, NOT_SERVING while the audit log cannot be
@@ -126,6 +130,7 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   gate.max_per_address = o.max_connections_per_address;
   gate.events = o.limits.events;
   gate.metrics = server->metrics_.get();
+  gate.clock = o.clock;
   FG_ASSIGN_OR_RETURN(server->gate_, ConnectionGate::Bind(std::move(gate)));
   server->port_ = server->gate_->port();
   if (server->metrics_ != nullptr) {
@@ -166,7 +171,7 @@ absl::StatusOr<std::unique_ptr<FedgatherServer>> FedgatherServer::Start(
   server->gate_->Start(std::move(acceptor));
   // The restore above may have taken seconds (journals are replayed): the
   // restored members' grace to resume starts now that they can reach us.
-  server->registry_->StartResumeGrace(o.clock());
+  server->registry_->StartResumeGrace(o.clock->Now());
   if (o.limits.events != nullptr) {
     ServerEvent started;
     started.kind = EventKind::kServerStarted;
@@ -189,9 +194,9 @@ absl::Status FedgatherServer::ReloadPolicy(const std::string& by) {
 
 void FedgatherServer::RunTimers() {
   absl::Time next_recheck =
-      options_.clock() + options_.certificate_recheck_period;
+      options_.clock->Now() + options_.certificate_recheck_period;
   while (!stop_.WaitForNotificationWithTimeout(options_.timer_period)) {
-    const absl::Time now = options_.clock();
+    const absl::Time now = options_.clock->Now();
     {
       PendingCallbacks callbacks;
       registry_->CheckTimers(now, &callbacks);
@@ -245,9 +250,10 @@ int FedgatherServer::Drain(absl::Duration timeout) {
     absl::MutexLock lock(&health_mu_);
     server_->GetHealthCheckService()->SetServingStatus(false);
   }
-  const absl::Time deadline = absl::Now() + timeout;
-  while (registry_->RoundsInFlight() > 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
+  Clock* const clock = options_.clock;
+  const absl::Time deadline = clock->Now() + timeout;
+  while (registry_->RoundsInFlight() > 0 && clock->Now() < deadline) {
+    clock->SleepFor(absl::Milliseconds(20));
   }
   const int late = registry_->RoundsInFlight();
   if (late > 0) {
@@ -271,7 +277,8 @@ absl::Status FedgatherServer::Shutdown(absl::Duration grace) {
     // Cancel open streams once the grace is over rather than wait for rounds
     // to finish.
     if (server_ != nullptr) {
-      server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+      // gRPC measures the grace on the real clock.
+      server_->Shutdown(RealDeadlineAfter(grace));
     }
     // Streams are done: no refusal comes after this.
     if (refusals_ != nullptr) refusals_->Flush();

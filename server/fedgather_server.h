@@ -19,6 +19,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/tls_credentials.h"
 #include "server/access/access_control.h"
 #include "server/access/connection_gate.h"
@@ -69,7 +70,9 @@ struct ServerOptions {
   // How often live sessions' certificates are verified again (expiry; a
   // reload also re-checks them at once).
   absl::Duration certificate_recheck_period = absl::Seconds(30);
-  std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // The server's one time source: Start sets it in audit, refusal_records
+  // and limits too, overriding theirs. Must outlive the server.
+  Clock* clock = SystemClock();
   // HOST:PORT to serve Prometheus metrics on (server/observe/server_metrics.h;
   // port 0 picks one); empty serves none.
   std::string metrics_listen;

@@ -264,6 +264,7 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   }
   ClientOptions client_options;
   client_options.server_address = options.server;
+  client_options.clock = options.clock;
   FG_ASSIGN_OR_RETURN(client_options.tls, ReadTlsDir(options.tls_dir));
   client_options.tls.insecure_plaintext_for_benchmarks =
       options.insecure_plaintext_for_benchmarks;
@@ -280,14 +281,15 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   collective.timeout = options.timeout;
   TransferProgress progress;
   collective.progress = &progress;
-  const absl::Time start = absl::Now();
+  const absl::Time start = options.clock->Now();
   absl::StatusOr<Result> result;
   {
     std::optional<ProgressReporter> reporter;
     if (!options.quiet) {
       reporter.emplace(&progress,
                        TotalsFor(options, *group, inputs, raw_input.size()),
-                       ::isatty(STDERR_FILENO) == 1, stderr);
+                       ::isatty(STDERR_FILENO) == 1, stderr, absl::Seconds(2),
+                       options.clock);
     }
     result =
         bytes_op ? AllGatherBytes(*group, raw_input, collective)
@@ -300,7 +302,7 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
                            : AllGather(*group, inputs, collective);
   }
   if (!result.ok()) return result.status();
-  const absl::Duration took = absl::Now() - start;
+  const absl::Duration took = options.clock->Now() - start;
 
   const int world = group->world_size();
   std::map<std::string, std::string>& metadata = result->metadata;

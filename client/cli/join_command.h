@@ -8,12 +8,14 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace fedgather::cli {
 
 struct JoinCommandOptions {
-  std::string server;   // HOST:PORT
-  std::string tls_dir;  // cert.pem, key.pem, ca.pem
+  Clock* clock = SystemClock();  // the client's and the report's time source
+  std::string server;            // HOST:PORT
+  std::string tls_dir;           // cert.pem, key.pem, ca.pem
   // Benchmarks only: no TLS; the server trusts the identity cert.pem names
   // (TlsFiles::insecure_plaintext_for_benchmarks).
   bool insecure_plaintext_for_benchmarks = false;

@@ -74,13 +74,15 @@ std::string ProgressLine(int64_t sent, int64_t received, int headers,
 
 ProgressReporter::ProgressReporter(const TransferProgress* progress,
                                    ProgressTotals totals, bool tty,
-                                   std::FILE* out, absl::Duration period)
+                                   std::FILE* out, absl::Duration period,
+                                   Clock* clock)
     : progress_(progress),
       totals_(totals),
       tty_(tty),
       out_(out),
       period_(tty ? absl::Milliseconds(200) : period),
-      start_(absl::Now()),
+      clock_(clock),
+      start_(clock->Now()),
       thread_([this] { Run(); }) {}
 
 ProgressReporter::~ProgressReporter() {
@@ -94,10 +96,11 @@ void ProgressReporter::Run() {
 }
 
 void ProgressReporter::Report(bool final) {
-  const std::string line = ProgressLine(
-      progress_->payload_bytes_sent.load(),
-      progress_->payload_bytes_received.load(),
-      progress_->headers_received.load(), totals_, absl::Now() - start_, tty_);
+  const std::string line =
+      ProgressLine(progress_->payload_bytes_sent.load(),
+                   progress_->payload_bytes_received.load(),
+                   progress_->headers_received.load(), totals_,
+                   clock_->Now() - start_, tty_);
   if (tty_) {
     // \r and clear-to-end-of-line redraw the bar in place.
     std::fprintf(out_, "\r%s\x1b[K%s", line.c_str(), final ? "\n" : "");

@@ -23,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/collective_call.h"
+#include "common/clock.h"
 
 namespace fedgather::cli {
 
@@ -39,10 +40,12 @@ std::string ProgressLine(int64_t sent, int64_t received, int headers,
 
 class ProgressReporter {
  public:
-  // Starts reporting `progress` (which must outlive this object) to `out`.
+  // Starts reporting `progress` (which must outlive this object) to `out`;
+  // the elapsed time is read on `clock` (which must outlive it too).
   ProgressReporter(const TransferProgress* progress, ProgressTotals totals,
                    bool tty, std::FILE* out,
-                   absl::Duration period = absl::Seconds(2));
+                   absl::Duration period = absl::Seconds(2),
+                   Clock* clock = SystemClock());
   // Stops; on a terminal, ends the bar's line.
   ~ProgressReporter();
   ProgressReporter(const ProgressReporter&) = delete;
@@ -57,6 +60,7 @@ class ProgressReporter {
   const bool tty_;
   std::FILE* const out_;
   const absl::Duration period_;
+  Clock* const clock_;
   const absl::Time start_;
   absl::Notification stop_;
   std::thread thread_;

@@ -86,7 +86,7 @@ absl::Status RunRevoke(const RevokeCommandOptions& options, std::ostream& out) {
     cert_pems.push_back(std::move(pem));
   }
 
-  const absl::Time now = absl::Now();
+  const absl::Time now = options.clock->Now();
   const absl::Time next_update = now + absl::Hours(24) * options.days;
   absl::StatusOr<std::string> crl =
       IssueCrl(ca, cert_pems, now, next_update, existing);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 
 namespace CLI {
 class App;
@@ -16,6 +17,8 @@ class App;
 namespace fedgather::cli {
 
 struct RevokeCommandOptions {
+  // Dates the CRL (thisUpdate; nextUpdate is `days` later).
+  Clock* clock = SystemClock();
   // Holds ca.pem and ca-key.pem, the layout `fedgather provision` writes.
   std::string ca_dir;
   // The PEM CRL to update; created when absent.

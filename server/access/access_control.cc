@@ -142,7 +142,7 @@ void AccessControl::AddCrlDetails(
       "crl_next_update",
       absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", next_update, absl::UTCTimeZone()));
   // A stale CRL is still honoured; the operator should issue a new one.
-  if (next_update < options_.clock())
+  if (next_update < options_.clock->Now())
     details->emplace_back("crl_stale", "true");
 }
 
@@ -171,7 +171,7 @@ void AccessControl::RecheckWith(const ClientCertVerifier& verifier,
       revoked;
   {
     absl::MutexLock lock(&watch_mu_);
-    const absl::Time now = options_.clock();
+    const absl::Time now = options_.clock->Now();
     for (auto it = watched_.begin(); it != watched_.end();) {
       std::shared_ptr<RevocableSession> session = it->session.lock();
       absl::Status still = absl::OkStatus();
@@ -222,7 +222,7 @@ absl::StatusOr<Caller> AccessControl::Authenticate(
   const std::string chain =
       Property(auth, GRPC_X509_PEM_CERT_CHAIN_PROPERTY_NAME);
   absl::StatusOr<VerifiedCertificate> verified =
-      Current().verifier->Verify(cert, chain, options_.clock());
+      Current().verifier->Verify(cert, chain, options_.clock->Now());
   if (verified.ok()) return Caller{verified->identity, peer, cert, chain};
   ServerEvent denied;
   denied.kind = EventKind::kAccessDenied;

@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/cert_verifier.h"
+#include "common/clock.h"
 #include "server/access/access_policy.h"
 #include "server/access/identity_usage.h"
 #include "server/events/event_sink.h"
@@ -67,7 +68,7 @@ struct AccessControlOptions {
   std::string crl_path;       // PEM CRL file; empty for none; re-read too
   GroupRegistry* registry = nullptr;  // gets each policy's groups
   EventSink* events = nullptr;        // may be null
-  std::function<absl::Time()> clock = [] { return absl::Now(); };
+  Clock* clock = SystemClock();
 };
 
 class AccessControl {

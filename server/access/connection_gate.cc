@@ -210,7 +210,7 @@ void ConnectionGate::Run() {
   for (int fd : listeners_) polled.push_back({fd, POLLIN, 0});
   bool backing_off = false;
   for (;;) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = options_.clock->Now();
     absl::Duration wait = absl::InfiniteDuration();
     if (window_start_ != absl::InfinitePast()) wait = next_report_ - now;
     if (backing_off) wait = std::min(wait, kNoFdsBackoff);
@@ -230,7 +230,9 @@ void ConnectionGate::Run() {
         backing_off = true;
       }
     }
-    if (absl::Now() >= next_report_) Report(absl::Now());
+    if (const absl::Time after = options_.clock->Now(); after >= next_report_) {
+      Report(after);
+    }
   }
 }
 
@@ -290,7 +292,7 @@ void ConnectionGate::Refuse(int fd, const std::string& address, Limit limit) {
   if (options_.metrics != nullptr) {
     options_.metrics->ConnectionRefused(LimitName(limit));
   }
-  const absl::Time now = absl::Now();
+  const absl::Time now = options_.clock->Now();
   if (window_start_ == absl::InfinitePast()) window_start_ = now;
   ++refused_[limit];
   if (!address.empty()) ++refused_by_address_[address];

@@ -32,6 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "server/access/open_connections.h"
 #include "server/events/event_sink.h"
 #include "server/events/server_counters.h"
@@ -47,6 +48,9 @@ struct ConnectionGateOptions {
   absl::Duration report_period = absl::Seconds(10);
   EventSink* events = nullptr;        // may be null
   ServerCounters* metrics = nullptr;  // may be null
+  // Times the report windows (poll still waits in real time); must outlive
+  // the gate.
+  Clock* clock = SystemClock();
 };
 
 class ConnectionGate {

@@ -17,7 +17,8 @@ void GroupRegistry::ApplyPolicy(const std::vector<GroupConfig>& groups,
     if (it == groups_.end()) {
       auto group = std::make_unique<GroupState>(config, limits_);
       if (restored_) {
-        if (absl::Status restored = group->Restore(absl::Now(), callbacks);
+        if (absl::Status restored =
+                group->Restore(limits_.clock->Now(), callbacks);
             !restored.ok()) {
           ServerEvent failed;
           failed.kind = EventKind::kGroupRestored;

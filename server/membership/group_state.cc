@@ -580,6 +580,7 @@ RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {
   options.events = limits_.events;
   options.metrics = limits_.metrics;
   options.started = now;
+  options.clock = limits_.clock;
   const uint64_t epoch = epoch_;
   options.on_finished = [this, epoch](uint64_t seq,
                                       const absl::Status& outcome) {

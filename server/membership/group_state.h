@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
@@ -73,6 +74,8 @@ struct GroupLimits {
   std::function<absl::Status()> admission;
   EventSink* events = nullptr;        // may be null; must outlive the group
   ServerCounters* metrics = nullptr;  // may be null; must outlive the group
+  // Reads the time where no caller passes it in; must outlive the group.
+  Clock* clock = SystemClock();
 };
 
 class GroupState {

@@ -180,7 +180,7 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
   if (options.max_queued_records < 1) {
     return absl::InvalidArgumentError("audit max_queued_records must be >= 1");
   }
-  if (!options.clock) options.clock = absl::Now;
+  if (!options.clock) options.clock = SystemClock();
   if (!options.file.write) options.file.write = ::write;
   if (!options.file.fsync) options.file.fsync = ::fsync;
   if (!options.signing_key_pem.empty()) {
@@ -209,7 +209,7 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
         SetAsideCutFile(path, read.status(),
                         RotatedPath(path, log->next_rotation_++)));
     read = aside.head;
-    aside.cut.time = log->options_.clock();
+    aside.cut.time = log->options_.clock->Now();
     log->pending_.push_back(std::move(aside.cut));
     absl::MutexLock lock(&log->mu_);
     ++log->appended_;
@@ -244,7 +244,7 @@ absl::StatusOr<std::unique_ptr<AuditLog>> AuditLog::Open(
 void AuditLog::Append(AuditRecord record) {
   absl::MutexLock lock(&mu_);
   ++appended_;
-  record.time = options_.clock();
+  record.time = options_.clock->Now();
   if (stopping_) {
     ++processed_;
     ++dropped_;
@@ -383,7 +383,7 @@ void AuditLog::TakeQueuedLocked() {
   if (!gap) return;
   AuditRecord record;
   record.action = "audit_gap";
-  record.time = options_.clock();
+  record.time = options_.clock->Now();
   if (gap_.failed_since.has_value()) {
     record.outcome = absl::StatusCodeToString(gap_.error.code());
     record.reason = std::string(gap_.error.message());
@@ -410,7 +410,7 @@ void AuditLog::WriteAndReport() {
     TakeQueuedLocked();
   }
   const absl::Status written = WritePending();
-  const absl::Time now = options_.clock();
+  const absl::Time now = options_.clock->Now();
   absl::MutexLock lock(&mu_);
   written_ += unreported_writes_;
   processed_ += unreported_writes_;
@@ -518,7 +518,7 @@ absl::Status AuditLog::WriteAnchor() {
                                                   next_seq_, prev_hash_));
   Json json;
   json["seq"] = next_seq_;
-  json["time"] = FormatAuditTime(options_.clock());
+  json["time"] = FormatAuditTime(options_.clock->Now());
   json["identity"] = nullptr;
   json["peer"] = nullptr;
   json["action"] = kAuditAnchorAction;

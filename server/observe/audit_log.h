@@ -44,6 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "server/events/contribution_digest.h"
 
 namespace fedgather::server {
@@ -93,7 +94,7 @@ struct AuditLogOptions {
   int anchor_every = 1000;
   // The time stamped on records (called by Append, on the caller's thread)
   // and on anchors (called on the writer thread). Must be thread-safe.
-  std::function<absl::Time()> clock = absl::Now;
+  Clock* clock = SystemClock();
   // While writes fail, how often the writer tries again (> 0).
   absl::Duration retry_period = absl::Seconds(1);
   // The most records that may wait in memory to be written (>= 1); records

@@ -23,13 +23,12 @@ const char* LevelName(LogLevel level) {
   return "info";
 }
 
-std::string Now() {
-  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
-                          absl::UTCTimeZone());
+std::string FormatLineTime(absl::Time now) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", now, absl::UTCTimeZone());
 }
 
-std::string JsonLine(const ServerEvent& event, LogLevel level) {
-  nlohmann::json line = {{"time", Now()},
+std::string JsonLine(const ServerEvent& event, LogLevel level, absl::Time now) {
+  nlohmann::json line = {{"time", FormatLineTime(now)},
                          {"level", LevelName(level)},
                          {"event", EventKindName(event.kind)}};
   if (!event.action.empty()) line["action"] = event.action;
@@ -50,9 +49,9 @@ std::string JsonLine(const ServerEvent& event, LogLevel level) {
   return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string TextLine(const ServerEvent& event, LogLevel level) {
-  std::string line = absl::StrCat(Now(), " ", LevelName(level), " ",
-                                  EventKindName(event.kind));
+std::string TextLine(const ServerEvent& event, LogLevel level, absl::Time now) {
+  std::string line = absl::StrCat(FormatLineTime(now), " ", LevelName(level),
+                                  " ", EventKindName(event.kind));
   if (!event.action.empty()) absl::StrAppend(&line, " action=", event.action);
   if (!event.group.empty()) absl::StrAppend(&line, " group=", event.group);
   if (event.epoch > 0) absl::StrAppend(&line, " epoch=", event.epoch);
@@ -116,25 +115,27 @@ LogLevel LevelOf(const ServerEvent& event) {
   }
 }
 
-EventLog::EventLog(std::ostream* out, LogFormat format, LogLevel min_level)
-    : out_(out), format_(format), min_level_(min_level) {}
+EventLog::EventLog(std::ostream* out, LogFormat format, LogLevel min_level,
+                   Clock* clock)
+    : out_(out), format_(format), min_level_(min_level), clock_(clock) {}
 
 void EventLog::OnEvent(const ServerEvent& event) {
   const LogLevel level = LevelOf(event);
   if (level < min_level_) return;
-  Write(format_ == LogFormat::kJson ? JsonLine(event, level)
-                                    : TextLine(event, level));
+  Write(format_ == LogFormat::kJson ? JsonLine(event, level, clock_->Now())
+                                    : TextLine(event, level, clock_->Now()));
 }
 
 void EventLog::Log(LogLevel level, absl::string_view message) {
   if (level < min_level_) return;
   if (format_ == LogFormat::kJson) {
-    nlohmann::json line = {{"time", Now()},
+    nlohmann::json line = {{"time", FormatLineTime(clock_->Now())},
                            {"level", LevelName(level)},
                            {"message", std::string(message)}};
     Write(line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   } else {
-    Write(absl::StrCat(Now(), " ", LevelName(level), " ", message));
+    Write(absl::StrCat(FormatLineTime(clock_->Now()), " ", LevelName(level),
+                       " ", message));
   }
 }
 

@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "server/events/event_sink.h"
 
 namespace fedgather::server {
@@ -39,8 +40,9 @@ LogLevel LevelOf(const ServerEvent& event);
 
 class EventLog : public EventSink {
  public:
-  // `out` must outlive the log.
-  EventLog(std::ostream* out, LogFormat format, LogLevel min_level);
+  // `out` and `clock` (which stamps each line) must outlive the log.
+  EventLog(std::ostream* out, LogFormat format, LogLevel min_level,
+           Clock* clock = SystemClock());
 
   void OnEvent(const ServerEvent& event) override;
   // Log writes a message of the binary's own at `level`.
@@ -52,6 +54,7 @@ class EventLog : public EventSink {
   std::ostream* const out_;
   const LogFormat format_;
   const LogLevel min_level_;
+  Clock* const clock_;
   absl::Mutex mu_;
 };
 

@@ -69,7 +69,7 @@ RefusalThrottle::RefusalThrottle(RefusalThrottleOptions options,
     : options_(std::move(options)),
       next_(next),
       tokens_(static_cast<double>(options_.burst_bytes)),
-      refilled_(options_.clock()) {}
+      refilled_(options_.clock->Now()) {}
 
 void RefusalThrottle::OnEvent(const ServerEvent& event) {
   if (!IsRefusal(event)) {
@@ -79,7 +79,7 @@ void RefusalThrottle::OnEvent(const ServerEvent& event) {
   std::vector<ServerEvent> out;
   {
     absl::MutexLock lock(&mu_);
-    const absl::Time now = options_.clock();
+    const absl::Time now = options_.clock->Now();
     CloseWindowsLocked(now, /*all=*/false, &out);
     ServerEvent bounded = Bounded(event, options_.max_field_bytes);
     Key key{static_cast<int>(bounded.kind),
@@ -113,7 +113,7 @@ void RefusalThrottle::Flush() {
   std::vector<ServerEvent> out;
   {
     absl::MutexLock lock(&mu_);
-    CloseWindowsLocked(options_.clock(), /*all=*/true, &out);
+    CloseWindowsLocked(options_.clock->Now(), /*all=*/true, &out);
   }
   PassOn(out);
 }

@@ -39,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "server/events/event_sink.h"
 
 namespace fedgather::server {
@@ -49,7 +50,7 @@ struct RefusalThrottleOptions {
   int64_t bytes_per_second = 16 << 10;
   int64_t burst_bytes = 64 << 10;
   size_t max_keys = 1024;
-  std::function<absl::Time()> clock = absl::Now;
+  Clock* clock = SystemClock();
 };
 
 // BoundField returns `text` if it is at most `max_bytes` long, else its

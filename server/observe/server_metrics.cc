@@ -167,6 +167,7 @@ class StateCollectable : public prometheus::Collectable {
 }  // namespace
 
 struct ServerMetrics::Impl {
+  Clock* clock = nullptr;  // set once, before any event
   explicit Impl(const std::string& listen)
       : exposer(listen, /*num_threads=*/1),
         registry(std::make_shared<prometheus::Registry>()),
@@ -245,7 +246,7 @@ struct ServerMetrics::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(
-    const std::string& listen, EventSink* next) {
+    const std::string& listen, EventSink* next, Clock* clock) {
   const size_t colon = listen.rfind(':');
   int port = 0;
   if (colon == std::string::npos || colon == 0 ||
@@ -258,6 +259,7 @@ absl::StatusOr<std::unique_ptr<ServerMetrics>> ServerMetrics::Start(
   std::unique_ptr<Impl> impl;
   try {
     impl = std::make_unique<Impl>(listen);
+    impl->clock = clock;
   } catch (const std::exception& e) {
     return absl::UnavailableError(
         absl::StrCat("cannot serve metrics on ", listen, ": ", e.what()));
@@ -296,7 +298,7 @@ void ServerMetrics::OnEvent(const ServerEvent& event) {
       const bool first = impl_->started
                              .emplace(RoundKey{event.group, event.epoch,
                                                event.seq.value_or(0)},
-                                      absl::Now())
+                                      impl_->clock->Now())
                              .second;
       if (first)
         impl_->rounds_started.Add({{"group", event.group}}).Increment();
@@ -314,7 +316,7 @@ void ServerMetrics::OnEvent(const ServerEvent& event) {
           RoundKey{event.group, event.epoch, event.seq.value_or(0)});
       if (it != impl_->started.end()) {
         impl_->round_seconds.Add({{"group", event.group}}, SecondsBuckets())
-            .Observe(absl::ToDoubleSeconds(absl::Now() - it->second));
+            .Observe(absl::ToDoubleSeconds(impl_->clock->Now() - it->second));
         impl_->started.erase(it);
       }
       break;

@@ -29,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "server/events/event_sink.h"
 #include "server/events/server_counters.h"
 
@@ -42,9 +43,10 @@ class ServerMetrics : public EventSink, public ServerCounters {
  public:
   // Start serves /metrics on `listen` (HOST:PORT; port 0 picks one). Every
   // event goes on to `next` (may be null). INVALID_ARGUMENT for a malformed
-  // address, UNAVAILABLE when it cannot listen.
+  // address, UNAVAILABLE when it cannot listen. `clock` times rounds and
+  // must outlive this object.
   static absl::StatusOr<std::unique_ptr<ServerMetrics>> Start(
-      const std::string& listen, EventSink* next);
+      const std::string& listen, EventSink* next, Clock* clock = SystemClock());
   ~ServerMetrics() override;
   ServerMetrics(const ServerMetrics&) = delete;
   ServerMetrics& operator=(const ServerMetrics&) = delete;

@@ -332,7 +332,7 @@ void Round::CountReceivedLocked(int rank, int64_t bytes) {
   if (!first_chunk_seen_) {
     first_chunk_seen_ = true;
     options_.metrics->FirstChunk(options_.group,
-                                 absl::Now() - options_.started);
+                                 options_.clock->Now() - options_.started);
   }
 }
 

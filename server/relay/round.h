@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
@@ -103,6 +104,7 @@ struct RoundOptions {
   // Counts payload bytes and the time to the first chunk; may be null.
   ServerCounters* metrics = nullptr;
   absl::Time started = absl::InfinitePast();  // when the round was created
+  Clock* clock = SystemClock();  // times the first chunk; must outlive it
   // Called once, through PendingCallbacks, when the round has completed (OK)
   // or failed (its status).
   std::function<void(uint64_t seq, const absl::Status& outcome)> on_finished;

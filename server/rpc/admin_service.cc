@@ -53,8 +53,9 @@ void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
 
 }  // namespace
 
-AdminService::AdminService(GroupRegistry* registry, AccessControl* access)
-    : registry_(registry), access_(access) {}
+AdminService::AdminService(GroupRegistry* registry, AccessControl* access,
+                           Clock* clock)
+    : registry_(registry), access_(access), clock_(clock) {}
 
 grpc::ServerUnaryReactor* AdminService::GetStatus(
     grpc::CallbackServerContext* context, const v1::StatusRequest* request,
@@ -99,7 +100,7 @@ absl::Status AdminService::Status(const Caller& caller,
     const std::optional<Role> role = policy->RoleOf(caller.identity, name);
     // A reload may have run since the check: show only what still holds.
     if (!group.ok() || !role.has_value()) continue;
-    AddGroupStatus((*group)->GetSnapshot(), *role, absl::Now(),
+    AddGroupStatus((*group)->GetSnapshot(), *role, clock_->Now(),
                    reply->add_groups());
   }
   ServerEvent read;

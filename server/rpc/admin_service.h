@@ -8,6 +8,7 @@
 #ifndef FEDGATHER_SERVER_RPC_ADMIN_SERVICE_H_
 #define FEDGATHER_SERVER_RPC_ADMIN_SERVICE_H_
 
+#include "common/clock.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 #include "server/access/access_control.h"
 #include "server/membership/group_registry.h"
@@ -17,7 +18,9 @@ namespace fedgather::server {
 class AdminService : public v1::Admin::CallbackService {
  public:
   // `registry` and `access` must outlive the service.
-  AdminService(GroupRegistry* registry, AccessControl* access);
+  // `clock` dates the status replies; it must outlive the service.
+  AdminService(GroupRegistry* registry, AccessControl* access,
+               Clock* clock = SystemClock());
 
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::StatusRequest* request,
@@ -38,6 +41,7 @@ class AdminService : public v1::Admin::CallbackService {
 
   GroupRegistry* const registry_;
   AccessControl* const access_;
+  Clock* const clock_;
 };
 
 }  // namespace fedgather::server

@@ -15,7 +15,7 @@ CollectiveReactor* CollectiveReactor::Start(
     grpc::CallbackServerContext* context, GroupRegistry* registry,
     AccessControl* access, FirstFrameDeadlines* first_frame,
     absl::StatusOr<Admission> admission, int64_t max_chunk_bytes,
-    std::function<absl::Time()> clock) {
+    Clock* clock) {
   const bool admitted = admission.ok();
   std::shared_ptr<CollectiveReactor> reactor(new CollectiveReactor(
       context, registry, access, admitted ? *std::move(admission) : Admission{},
@@ -28,7 +28,7 @@ CollectiveReactor* CollectiveReactor::Start(
       metrics->StreamOpened(StreamKind::kCollective);
       reactor->counted_ = true;
     }
-    first_frame->Watch(reactor, reactor->clock_());
+    first_frame->Watch(reactor, reactor->clock_->Now());
     reactor->StartRead(&reactor->read_buffer_);
   }
   return reactor.get();
@@ -37,15 +37,14 @@ CollectiveReactor* CollectiveReactor::Start(
 CollectiveReactor::CollectiveReactor(grpc::CallbackServerContext* context,
                                      GroupRegistry* registry,
                                      AccessControl* access, Admission admission,
-                                     int64_t max_chunk_bytes,
-                                     std::function<absl::Time()> clock)
+                                     int64_t max_chunk_bytes, Clock* clock)
     : context_(context),
       registry_(registry),
       access_(access),
       caller_(std::move(admission.caller)),
       stream_lease_(std::move(admission.stream)),
       max_chunk_bytes_(max_chunk_bytes),
-      clock_(std::move(clock)) {}
+      clock_(clock) {}
 
 std::string CollectiveReactor::StreamName() const {
   return absl::StrCat("the collective stream of '", caller_.identity, "' from ",
@@ -90,7 +89,7 @@ void CollectiveReactor::LoseStream(absl::string_view why) {
       r = round_;
     }
     if (r != nullptr) {
-      r->StreamLost(rank_, why, clock_(), &callbacks, std::move(hasher_));
+      r->StreamLost(rank_, why, clock_->Now(), &callbacks, std::move(hasher_));
     }
   }
   // Finished with no lock held: once Finish is called, OnDone may free
@@ -183,7 +182,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
       return HandleHeader(frame.header(), callbacks);
     case Phase::kChunks:
       if (kind == v1::CollectiveFrame::kChunk) {
-        group_->MemberAlive(epoch_, rank_, clock_());
+        group_->MemberAlive(epoch_, rank_, clock_->Now());
         if (op_ == v1::ALL_REDUCE) {
           return round()->OfferReduceChunk(
               rank_, read_buffer_, chunk.meta(),
@@ -239,7 +238,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
       registry_->Find(header.group(), caller_.identity);
   if (!group.ok()) return group.status();
   absl::StatusOr<std::shared_ptr<Round>> found =
-      (*group)->FindRound(caller_.identity, header, clock_(), callbacks);
+      (*group)->FindRound(caller_.identity, header, clock_->Now(), callbacks);
   if (!found.ok()) return found.status();
   // The header is this rank's (FindRound checked the identity, epoch and
   // seq): one it cannot stand behind fails the round on every rank, so the

@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/chunk_sequence.h"
+#include "common/clock.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/sha256.h"
@@ -54,8 +55,7 @@ class CollectiveReactor
                                   AccessControl* access,
                                   FirstFrameDeadlines* first_frame,
                                   absl::StatusOr<Admission> admission,
-                                  int64_t max_chunk_bytes,
-                                  std::function<absl::Time()> clock);
+                                  int64_t max_chunk_bytes, Clock* clock);
 
   void WakeWriter() override;
   void ResumeReading() override;
@@ -84,8 +84,7 @@ class CollectiveReactor
 
   CollectiveReactor(grpc::CallbackServerContext* context,
                     GroupRegistry* registry, AccessControl* access,
-                    Admission admission, int64_t max_chunk_bytes,
-                    std::function<absl::Time()> clock);
+                    Admission admission, int64_t max_chunk_bytes, Clock* clock);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -123,7 +122,7 @@ class CollectiveReactor
   // the reactor is freed.
   IdentityUsage::Lease round_lease_;
   const int64_t max_chunk_bytes_;
-  const std::function<absl::Time()> clock_;
+  Clock* const clock_;
   std::shared_ptr<CollectiveReactor> self_;  // released in OnDone
   bool counted_ = false;  // an admitted stream, counted in the metrics
 

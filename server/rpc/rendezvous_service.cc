@@ -8,13 +8,12 @@ namespace fedgather::server {
 RendezvousService::RendezvousService(GroupRegistry* registry,
                                      AccessControl* access,
                                      FirstFrameDeadlines* first_frame,
-                                     int64_t max_chunk_bytes,
-                                     std::function<absl::Time()> clock)
+                                     int64_t max_chunk_bytes, Clock* clock)
     : registry_(registry),
       access_(access),
       first_frame_(first_frame),
       max_chunk_bytes_(max_chunk_bytes),
-      clock_(std::move(clock)) {}
+      clock_(clock) {}
 
 grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>*
 RendezvousService::Session(grpc::CallbackServerContext* context) {

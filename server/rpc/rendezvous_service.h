@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 #include "server/access/access_control.h"
 #include "server/membership/group_registry.h"
@@ -25,7 +26,7 @@ class RendezvousService : public v1::Rendezvous::WithCallbackMethod_Session<
   // stream until its first message.
   RendezvousService(GroupRegistry* registry, AccessControl* access,
                     FirstFrameDeadlines* first_frame, int64_t max_chunk_bytes,
-                    std::function<absl::Time()> clock);
+                    Clock* clock);
 
   grpc::ServerBidiReactor<v1::SessionRequest, v1::SessionEvent>* Session(
       grpc::CallbackServerContext* context) override;
@@ -37,7 +38,7 @@ class RendezvousService : public v1::Rendezvous::WithCallbackMethod_Session<
   AccessControl* const access_;
   FirstFrameDeadlines* const first_frame_;
   const int64_t max_chunk_bytes_;
-  const std::function<absl::Time()> clock_;
+  Clock* const clock_;
 };
 
 }  // namespace fedgather::server

@@ -13,7 +13,7 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
                                       AccessControl* access,
                                       FirstFrameDeadlines* first_frame,
                                       absl::StatusOr<Admission> admission,
-                                      std::function<absl::Time()> clock) {
+                                      Clock* clock) {
   const bool admitted = admission.ok();
   std::shared_ptr<SessionReactor> reactor(new SessionReactor(
       context, registry, access, admitted ? *std::move(admission) : Admission{},
@@ -27,7 +27,7 @@ SessionReactor* SessionReactor::Start(grpc::CallbackServerContext* context,
       reactor->counted_ = true;
     }
     access->WatchSession(reactor->caller_, reactor);
-    first_frame->Watch(reactor, reactor->clock_());
+    first_frame->Watch(reactor, reactor->clock_->Now());
     reactor->StartRead(&reactor->request_);
   }
   return reactor.get();
@@ -60,14 +60,13 @@ void SessionReactor::ExpireFirstFrameWait(absl::Duration limit) {
 
 SessionReactor::SessionReactor(grpc::CallbackServerContext* context,
                                GroupRegistry* registry, AccessControl* access,
-                               Admission admission,
-                               std::function<absl::Time()> clock)
+                               Admission admission, Clock* clock)
     : context_(context),
       registry_(registry),
       access_(access),
       caller_(std::move(admission.caller)),
       stream_lease_(std::move(admission.stream)),
-      clock_(std::move(clock)) {}
+      clock_(clock) {}
 
 absl::Status SessionReactor::HandleJoin(PendingCallbacks* callbacks) {
   if (request_.kind_case() != v1::SessionRequest::kJoin) {
@@ -99,7 +98,7 @@ absl::Status SessionReactor::HandleJoin(PendingCallbacks* callbacks) {
       group_lease_ = *std::move(lease);
     }
     joined = (*group)->Join(caller_.identity, caller_.peer, join,
-                            shared_from_this(), clock_(), callbacks);
+                            shared_from_this(), clock_->Now(), callbacks);
   }
   if (!joined.ok()) {
     ServerEvent refused;
@@ -137,7 +136,7 @@ void SessionReactor::OnReadDone(bool ok) {
          /*left=*/true);
     return;
   } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
-    group_->Heartbeat(this, clock_());
+    group_->Heartbeat(this, clock_->Now());
     {
       absl::MutexLock lock(&mu_);
       heartbeat_owed_ = true;
@@ -232,7 +231,7 @@ void SessionReactor::Lost(absl::string_view why, const absl::Status& finish,
   }
   if (group != nullptr) {
     PendingCallbacks callbacks;
-    group->SessionLost(this, why, clock_(), &callbacks, left);
+    group->SessionLost(this, why, clock_->Now(), &callbacks, left);
   }
   Close(finish.ok() ? absl::CancelledError(absl::StrCat("session ended: ", why))
                     : finish);

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/access/access_control.h"
 #include "server/membership/group_registry.h"
@@ -50,7 +51,7 @@ class SessionReactor
                                GroupRegistry* registry, AccessControl* access,
                                FirstFrameDeadlines* first_frame,
                                absl::StatusOr<Admission> admission,
-                               std::function<absl::Time()> clock);
+                               Clock* clock);
 
   void SendJoined(const v1::Joined& joined) override;
   void Close(const absl::Status& status) override;
@@ -63,8 +64,7 @@ class SessionReactor
 
  private:
   SessionReactor(grpc::CallbackServerContext* context, GroupRegistry* registry,
-                 AccessControl* access, Admission admission,
-                 std::function<absl::Time()> clock);
+                 AccessControl* access, Admission admission, Clock* clock);
 
   grpc::CallbackServerContext* const context_;
   // HandleJoin runs the first message; returns the refusal, if any.
@@ -92,7 +92,7 @@ class SessionReactor
   AccessControl* const access_;
   const Caller caller_;
   IdentityUsage::Lease stream_lease_;  // released when the reactor is freed
-  const std::function<absl::Time()> clock_;
+  Clock* const clock_;
   std::shared_ptr<SessionReactor> self_;  // released in OnDone
   bool counted_ = false;  // an admitted stream, counted in the metrics
 

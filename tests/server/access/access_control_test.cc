@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/cert_issuer.h"
+#include "common/clock.h"
 #include "common/file_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -81,7 +82,7 @@ class AccessControlTest : public ::testing::Test {
     options.crl_path = with_crl ? crl_path() : "";
     options.registry = &registry_;
     options.events = &sink_;
-    options.clock = [this] { return now_; };
+    options.clock = &clock_;
     absl::StatusOr<std::unique_ptr<AccessControl>> made =
         AccessControl::Create(options);
     ASSERT_TRUE(made.ok()) << made.status();
@@ -104,7 +105,10 @@ class AccessControlTest : public ::testing::Test {
   std::string dir_;
   KeyAndCert ca_;
   // Whole seconds: certificates and CRLs keep times to the second.
-  absl::Time now_ = absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()));
+  // The test's start; only clock_ moves.
+  const absl::Time now_ =
+      absl::FromUnixSeconds(absl::ToUnixSeconds(absl::Now()));
+  FakeClock clock_{now_};
   GroupRegistry registry_{GroupLimits{}};
   testing::RecordingEvents sink_;
   std::unique_ptr<AccessControl> access_;
@@ -232,7 +236,7 @@ TEST_F(AccessControlTest, ASessionIsCutOffOnceTheClockPassesItsExpiry) {
   access_->RecheckSessions("timer");
   EXPECT_TRUE(session->revoked.ok()) << session->revoked;
   // Only the injected clock moves; the certificate has not changed.
-  now_ += absl::Hours(1) + absl::Seconds(1);
+  clock_.Advance(absl::Hours(1) + absl::Seconds(1));
   access_->RecheckSessions("timer");
   EXPECT_EQ(session->revoked.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(std::string(session->revoked.message()), HasSubstr("expired"));

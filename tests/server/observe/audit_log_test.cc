@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -28,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "common/audit_chain.h"
 #include "common/cert_issuer.h"
+#include "common/clock.h"
 #include "common/file_io.h"
 #include "tests/common/subprocess.h"
 #include "tests/server/observe/failing_audit_disk.h"
@@ -128,18 +130,25 @@ AuditRecord Contribution(int thread, int index) {
 }
 
 // A clock that moves one millisecond per call; called on the writer thread.
-std::function<absl::Time()> SteppingClock() {
-  auto ticks = std::make_shared<std::atomic<int64_t>>(0);
-  return [ticks] {
-    return absl::FromUnixSeconds(1796222727) +
-           absl::Milliseconds(ticks->fetch_add(1));
-  };
-}
+// SteppingClock moves 1 ms at every reading, so records' times differ.
+class SteppingClock : public FakeClock {
+ public:
+  SteppingClock() : FakeClock(absl::FromUnixSeconds(1796222727)) {}
+  absl::Time Now() override {
+    const absl::Time now = FakeClock::Now();
+    Advance(absl::Milliseconds(1));
+    return now;
+  }
+};
 
 AuditLogOptions Options(const std::string& path, bool sign = false) {
   AuditLogOptions options;
   options.path = path;
-  options.clock = SteppingClock();
+  // Each Options gets its own clock, kept to the end of the process: a log
+  // may outlive its options. (A deque never moves its elements.)
+  static std::deque<SteppingClock>* const clocks =
+      new std::deque<SteppingClock>();
+  options.clock = &clocks->emplace_back();
   if (sign) options.signing_key_pem = TestKeys().server.key_pem;
   return options;
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "server/observe/audit_event_sink.h"
 #include "server/observe/audit_log.h"
 #include "tests/server/events/recording_events.h"
@@ -30,7 +31,7 @@ class RefusalThrottleTest : public ::testing::Test {
  protected:
   RefusalThrottleOptions Options() {
     RefusalThrottleOptions options;
-    options.clock = [this] { return now_; };
+    options.clock = &clock_;
     return options;
   }
 
@@ -55,7 +56,7 @@ class RefusalThrottleTest : public ::testing::Test {
     return "<none>";
   }
 
-  absl::Time now_ = kT0;
+  FakeClock clock_{kT0};
   testing::RecordingEvents sink_;
 };
 
@@ -95,7 +96,7 @@ TEST_F(RefusalThrottleTest, RepeatsOfOneCallerBecomeOneCountedRecord) {
   for (int i = 0; i < 200; ++i) {
     throttle.OnEvent(Denied("spiffe://fed/mallory",
                             absl::StrCat("ipv4:10.0.0.9:", 40000 + i)));
-    now_ += absl::Milliseconds(9);
+    clock_.Advance(absl::Milliseconds(9));
   }
   ASSERT_EQ(sink_.events().size(), 1u);
   EXPECT_EQ(Detail(sink_.events()[0], "repeats"), "<none>");
@@ -121,7 +122,7 @@ TEST_F(RefusalThrottleTest, RepeatsOfOneCallerBecomeOneCountedRecord) {
 TEST_F(RefusalThrottleTest, FlushPassesTheOpenWindowsAtOnce) {
   RefusalThrottle throttle(Options(), &sink_);
   for (int i = 0; i < 5; ++i) throttle.OnEvent(Denied("spiffe://fed/mallory"));
-  now_ += absl::Seconds(2);
+  clock_.Advance(absl::Seconds(2));
   throttle.Flush();
   ASSERT_EQ(sink_.events().size(), 2u);
   EXPECT_EQ(Detail(sink_.events()[1], "repeats"), "4");
@@ -179,7 +180,7 @@ TEST_F(RefusalThrottleTest, AFloodOfRefusalsWritesAFewKilobytesOfAudit) {
   const std::string claimed = "spiffe://fed/" + std::string(30000, 'm');
   for (int i = 0; i < 200; ++i) {
     throttle.OnEvent(Denied(claimed, "ipv4:127.0.0.1:40112"));
-    now_ += absl::Milliseconds(9);
+    clock_.Advance(absl::Milliseconds(9));
   }
   throttle.CloseWindows(kT0 + absl::Seconds(10));
   ASSERT_TRUE(log->Close().ok());

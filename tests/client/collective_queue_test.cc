@@ -39,6 +39,14 @@ class Journal {
     absl::MutexLock lock(&mu_);
     return threads_;
   }
+  // AwaitLines blocks until at least `n` lines were recorded.
+  void AwaitLines(size_t n) {
+    absl::MutexLock lock(&mu_);
+    const auto recorded = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return lines_.size() >= n;
+    };
+    mu_.Await(absl::Condition(&recorded));
+  }
 
  private:
   absl::Mutex mu_;
@@ -98,6 +106,8 @@ TEST(CollectiveQueueTest, CloseWaitsForTheRunningTask) {
   bool finished = false;
   queue.Add([&](const absl::Status&) {
     running.Notify();
+    // Lets time pass, so that Close is called while this task still runs
+    // (no event says "Close has begun waiting"); the check holds either way.
     absl::SleepFor(absl::Milliseconds(50));
     finished = true;
   });
@@ -130,7 +140,7 @@ TEST(CollectiveQueueTest, TheDestructorRefusesWhatWaits) {
     running.WaitForNotification();
     releaser = std::thread([&] {
       // The destructor refuses task 1 before it waits for the running one.
-      while (journal.lines().empty()) absl::SleepFor(absl::Milliseconds(1));
+      journal.AwaitLines(1);
       release.Notify();
     });
   }

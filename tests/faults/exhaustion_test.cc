@@ -334,6 +334,7 @@ TEST(ExhaustionTest, RestoringAJournaledRoundKeepsTheMemoryBound) {
   }
   const double seconds = SecondsSince(restarted);
   HonestRounds honest(c, 2000);
+  // Honest rounds run for 2 s (a span of time, not an event to wait for).
   absl::SleepFor(absl::Seconds(2));
   const int rounds = honest.Stop();
 

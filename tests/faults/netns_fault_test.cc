@@ -178,6 +178,8 @@ TEST_F(NetworkCutTest, ACutShorterThanTheHeartbeatTimeoutHeals) {
   CutRound round;
   ASSERT_NO_FATAL_FAILURE(CutSite2MidUpload(1, &round));
   Participant &a = *round.a, &site2 = *round.site2, &c = *round.c;
+  // The cut lasts 2 s (time passing is what is tested: shorter than the
+  // heartbeat timeout).
   absl::SleepFor(absl::Seconds(2));
   netns_.Restore(2);
   const absl::Duration bound = absl::Seconds(60);

@@ -45,9 +45,9 @@ class CollectiveQueue {
 
   absl::Mutex mu_;
   std::deque<Task> tasks_ ABSL_GUARDED_BY(mu_);
-  absl::Mutex join_mu_;                       // one Close joins the thread
-  absl::Status closed_ ABSL_GUARDED_BY(mu_);  // not OK once closed
-  std::thread thread_;
+  absl::Mutex join_mu_;                           // one Close joins the thread
+  absl::Status closed_ ABSL_GUARDED_BY(mu_);      // not OK once closed
+  std::thread thread_ ABSL_GUARDED_BY(join_mu_);  // started by the constructor
 };
 
 }  // namespace fedgather

@@ -51,10 +51,12 @@ absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
   }
   const bool same_members =
       static_cast<int>(members_.size()) == config_.world_size &&
-      std::all_of(members_.begin(), members_.end(), [&](const Member& m) {
-        return std::find(config_.members.begin(), config_.members.end(),
-                         m.identity) != config_.members.end();
-      });
+      std::all_of(members_.begin(), members_.end(),
+                  [&](const Member& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+                    return std::find(config_.members.begin(),
+                                     config_.members.end(),
+                                     m.identity) != config_.members.end();
+                  });
   if (!same_members) {
     EndEpochLocked(absl::AbortedError(absl::StrCat(
                        Describe(),
@@ -765,7 +767,8 @@ void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
     }
   }
   RefuseWaitingLocked(
-      [&](const Waiting& w) {
+      // Called by RefuseWaitingLocked, under mu_.
+      [&](const Waiting& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         if (std::find(config_.members.begin(), config_.members.end(),
                       w.identity) == config_.members.end()) {
           return NotAMemberError(w.identity, name_);

@@ -17,6 +17,7 @@
 #include <ostream>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -51,7 +52,7 @@ class EventLog : public EventSink {
  private:
   void Write(const std::string& line);
 
-  std::ostream* const out_;
+  std::ostream* const out_ ABSL_PT_GUARDED_BY(mu_);  // lines never interleave
   const LogFormat format_;
   const LogLevel min_level_;
   Clock* const clock_;

@@ -128,8 +128,12 @@ void CollectiveReactor::ExpireFirstFrameWait(absl::Duration limit) {
 
 void CollectiveReactor::OnReadDone(bool ok) {
   if (!ok) {
-    if (phase_ == Phase::kEnded) return;  // the client half-closed after End
-    LoseStream("closed its collective stream");
+    {
+      absl::MutexLock read_lock(&read_mu_);
+      // The client half-closed after End.
+      if (phase_ == Phase::kEnded) return;
+    }
+    LoseStream("closed its collective stream");  // takes read_mu_
     return;
   }
   PendingCallbacks callbacks;  // runs after read_mu_ is released

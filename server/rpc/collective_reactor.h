@@ -68,8 +68,11 @@ class CollectiveReactor
   class UploadSink : public ChunkSink {
    public:
     explicit UploadSink(CollectiveReactor* reactor) : reactor_(reactor) {}
-    absl::Status Begin(const ChunkMeta& meta) override;
-    void Data(const uint8_t* data, size_t size) override;
+    // Called by the frame decoder on the read path, under read_mu_.
+    absl::Status Begin(const ChunkMeta& meta)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(reactor_->read_mu_) override;
+    void Data(const uint8_t* data, size_t size)
+        ABSL_EXCLUSIVE_LOCKS_REQUIRED(reactor_->read_mu_) override;
     uint64_t size() const { return meta_.size; }
     const ChunkMeta& meta() const { return meta_; }
     // The chunk's bytes, contiguous; kept only for ALL_REDUCE, whose round
@@ -93,14 +96,17 @@ class CollectiveReactor
 
   // Each returns true when the next frame should be read.
   absl::StatusOr<bool> HandleHeader(const v1::CollectiveHeader& header,
-                                    PendingCallbacks* callbacks);
+                                    PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
   absl::StatusOr<bool> HandleFrame(v1::CollectiveFrame::KindCase kind,
                                    const v1::CollectiveFrame& frame,
                                    const UploadSink& chunk,
-                                   PendingCallbacks* callbacks);
+                                   PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
   // RejectUpload fails the round (or, before one, this stream) with a status
   // naming this rank.
-  void RejectUpload(const absl::Status& status, PendingCallbacks* callbacks);
+  void RejectUpload(const absl::Status& status, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
   void FinishWithoutRound(const absl::Status& status);
   // FinishWith finishes the stream with the server's final `status`.
   void FinishWith(const absl::Status& status);
@@ -129,21 +135,24 @@ class CollectiveReactor
   // Serializes the read path with LoseStream, so no frame of this stream
   // reaches the round after it was detached. Lock order: read_mu_, mu_.
   absl::Mutex read_mu_;
-  // Read path only (under read_mu_).
+  // Read path only (under read_mu_). gRPC fills read_buffer_ while a read
+  // is in flight, when the read path does not touch it.
   enum class Phase { kHeader, kChunks, kEnded };
-  Phase phase_ = Phase::kHeader;
-  grpc::ByteBuffer read_buffer_;
-  Fingerprint fingerprint_;  // as the header declares it
-  Fingerprint upload_;       // what this rank uploads (none: a broadcast's
-                             // non-root); sequence_ refers to it
-  std::optional<ChunkSequence> sequence_;
-  Sha256 hasher_;
+  Phase phase_ ABSL_GUARDED_BY(read_mu_) = Phase::kHeader;
+  grpc::ByteBuffer read_buffer_ ABSL_GUARDED_BY(read_mu_);
+  // As the header declares it.
+  Fingerprint fingerprint_ ABSL_GUARDED_BY(read_mu_);
+  // What this rank uploads (none: a broadcast's non-root); sequence_ refers
+  // to it.
+  Fingerprint upload_ ABSL_GUARDED_BY(read_mu_);
+  std::optional<ChunkSequence> sequence_ ABSL_GUARDED_BY(read_mu_);
+  Sha256 hasher_ ABSL_GUARDED_BY(read_mu_);
   int rank_ = -1;  // set before the round can call back; then constant
   v1::Op op_ = v1::OP_UNSPECIFIED;
   GroupState* group_ = nullptr;  // the round's group, for liveness
   uint64_t epoch_ = 0;
   // Set when access control already reported this stream's refusal.
-  bool refusal_reported_ = false;
+  bool refusal_reported_ ABSL_GUARDED_BY(read_mu_) = false;
 
   absl::Mutex mu_;
   std::shared_ptr<Round> round_ ABSL_GUARDED_BY(mu_);

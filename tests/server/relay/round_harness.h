@@ -21,6 +21,7 @@
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/relay/round.h"
+#include "tests/server/events/recording_events.h"
 
 namespace fedgather::server {
 
@@ -31,17 +32,6 @@ class FakeRoundStream : public RoundStream {
   void ResumeReading() override { ++resumes; }
   int wakes = 0;
   int resumes = 0;
-};
-
-class RecordingEvents : public EventSink {
- public:
-  void OnEvent(const ServerEvent& event) override { events.push_back(event); }
-  std::vector<EventKind> Kinds() const {
-    std::vector<EventKind> kinds;
-    for (const ServerEvent& e : events) kinds.push_back(e.kind);
-    return kinds;
-  }
-  std::vector<ServerEvent> events;
 };
 
 // What one rank's stream has written to its client.
@@ -382,7 +372,7 @@ class RoundHarness : public ::testing::Test {
   // Set before MakeRound for a quorum round.
   int min_quorum_ = 0;
   absl::Time quorum_deadline_ = absl::InfiniteFuture();
-  RecordingEvents events_;
+  testing::RecordingEvents events_;
   std::vector<std::shared_ptr<FakeRoundStream>> streams_;
   std::vector<std::string> payloads_;
   std::vector<Received> received_;

@@ -278,9 +278,9 @@ TEST_F(RoundTest, OpMismatchFailsEveryRank) {
   EXPECT_EQ(round->BufferedBytes(), 0);
   ASSERT_EQ(finished_.size(), 1u);
   EXPECT_EQ(finished_[0].second, status);
-  ASSERT_FALSE(events_.events.empty());
-  EXPECT_EQ(events_.events.back().kind, EventKind::kRoundFailed);
-  EXPECT_EQ(events_.events.back().status, status);
+  ASSERT_FALSE(events_.events().empty());
+  EXPECT_EQ(events_.events().back().kind, EventKind::kRoundFailed);
+  EXPECT_EQ(events_.events().back().status, status);
 }
 
 // Issue 18: what a round keeps, sends and reports of a failure is bounded,
@@ -298,8 +298,8 @@ TEST_F(RoundTest, AFailureMessageIsBoundedEverywhereItGoes) {
   EXPECT_THAT(std::string(failure.message()), HasSubstr("bytes)"));
   ASSERT_EQ(finished_.size(), 1u);
   EXPECT_EQ(finished_[0].second, failure);
-  ASSERT_FALSE(events_.events.empty());
-  EXPECT_EQ(events_.events.back().status, failure);
+  ASSERT_FALSE(events_.events().empty());
+  EXPECT_EQ(events_.events().back().status, failure);
   ExpectAllFinishedWith(*round, failure);
 }
 
@@ -590,7 +590,7 @@ TEST_F(RoundTest, QuorumDeadlineShutsOutLateRanksAndCommitsWithTheOthers) {
   EXPECT_EQ(round->BufferedBytes(), 0);
   ASSERT_EQ(finished_.size(), 1u);
   EXPECT_TRUE(finished_[0].second.ok());
-  const ServerEvent& committed = events_.events.back();
+  const ServerEvent committed = events_.events().back();
   EXPECT_EQ(committed.kind, EventKind::kRoundCompleted);
   EXPECT_EQ(committed.contributions.size(), 2u);
   EXPECT_THAT(committed.details,
@@ -654,7 +654,7 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
   EXPECT_EQ(resumed.data_by_rank[0], payloads_[0]);
   EXPECT_EQ(received_[0].data_by_rank[1], payloads_[1]);
   const ServerEvent* event = nullptr;
-  for (const ServerEvent& e : events_.events) {
+  for (const ServerEvent& e : events_.events()) {
     if (e.kind == EventKind::kStreamResumed) event = &e;
   }
   ASSERT_NE(event, nullptr);

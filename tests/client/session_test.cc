@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/tls_credentials.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -39,7 +40,7 @@ v1::JoinRequest JoinDemo(int world_size, int rank) {
 std::unique_ptr<Session> NewSession(const TestCluster& cluster,
                                     const std::string& name) {
   return std::make_unique<Session>(ChannelFor(cluster, name), cluster.address(),
-                                   "demo", absl::Seconds(10));
+                                   "demo", absl::Seconds(10), SystemClock());
 }
 
 // JoinAll joins site-1..site-n to "demo" at ranks 0..n-1, one thread

@@ -18,11 +18,11 @@ Round::Round(RoundOptions options, std::unique_ptr<RoundRecorder> recorder)
       world_(static_cast<int>(options_.identities.size())),
       recorder_(std::move(recorder)),
       agreement_(Describe(), options_.identities),
+      ledger_(world_, options_.min_quorum),
       ranks_(options_.identities.size()),
       log_(FanOutLogOptions{world_, options_.max_buffered_bytes,
                             options_.resume_grace > absl::ZeroDuration(),
-                            options_.resume_window_bytes}),
-      contributors_(world_) {}
+                            options_.resume_window_bytes}) {}
 
 bool Round::RecordedLocked(const absl::Status& recorded,
                            PendingCallbacks* callbacks) {
@@ -74,8 +74,8 @@ Round::Progress Round::GetProgress() const {
   Progress progress;
   progress.seq = options_.seq;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].Started()) progress.started.push_back(r);
-    if (ranks_[r].digest.has_value()) progress.complete.push_back(r);
+    if (ledger_.started(r)) progress.started.push_back(r);
+    if (ledger_.ended(r)) progress.complete.push_back(r);
     progress.bytes_in.push_back(ranks_[r].received_bytes);
     progress.bytes_out.push_back(ranks_[r].sent_bytes);
   }
@@ -93,15 +93,15 @@ void Round::Wake(int rank, PendingCallbacks* callbacks) {
 
 void Round::WakeAll(PendingCallbacks* callbacks) {
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].Started()) Wake(r, callbacks);
+    if (ledger_.started(r)) Wake(r, callbacks);
   }
 }
 
 absl::Status Round::ShutOutErrorLocked(int rank) const {
   return absl::FailedPreconditionError(absl::StrCat(
       Describe(), " closed at its quorum deadline of ",
-      absl::FormatDuration(options_.quorum_wait), " with ", contributors_,
-      " of ", world_, " ranks; ", RankName(rank),
+      absl::FormatDuration(options_.quorum_wait), " with ",
+      ledger_.contributors(), " of ", world_, " ranks; ", RankName(rank),
       " came too late and is not part of it; its next collective is seq ",
       options_.seq + 1));
 }
@@ -118,12 +118,12 @@ absl::Status Round::AttachLocked(AttachRequest request,
   const Fingerprint& fingerprint = request.fingerprint;
   if (!status_.ok()) return status_;
   RankState& state = ranks_[rank];
-  if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
+  if (ledger_.shut_out(rank)) return ShutOutErrorLocked(rank);
   if (complete_) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), " has already completed"));
   }
-  if (state.Started()) {
+  if (ledger_.started(rank)) {
     return absl::FailedPreconditionError(
         absl::StrCat(Describe(), ": ", RankName(rank),
                      " already has a stream in this round"));
@@ -156,6 +156,7 @@ absl::Status Round::AttachLocked(AttachRequest request,
   if (agreement_.op() == v1::ALL_REDUCE) weights_[rank] = weight;
   const bool sends = agreement_.op() != v1::BROADCAST ||
                      rank == static_cast<int>(agreement_.root());
+  ledger_.Start(rank);
   state.phase = RankPhase::kStreaming;
   state.peer = std::move(request.peer);
   state.stream = std::move(request.stream);
@@ -192,8 +193,8 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(AttachRequest request,
   const int rank = request.rank;
   const uint64_t frames = request.header.frames_received();
   RankState& state = ranks_[rank];
-  if (state.phase == RankPhase::kShutOut) return ShutOutErrorLocked(rank);
-  if (!state.Started()) {  // the first header never arrived
+  if (ledger_.shut_out(rank)) return ShutOutErrorLocked(rank);
+  if (!ledger_.started(rank)) {  // the first header never arrived
     if (frames != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(Describe(), ": ", RankName(rank), " resumes after ",
@@ -216,7 +217,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(AttachRequest request,
   state.read_paused = false;  // a new stream reads until it is paused
   ResumePoint point;
   point.upload_bytes = state.received_bytes;
-  point.upload_ended = state.digest.has_value();
+  point.upload_ended = ledger_.ended(rank);
   point.hasher = std::move(state.upload_hasher);
   ServerEvent resumed = MakeEvent(EventKind::kStreamResumed, rank);
   resumed.details = {{"frames_received", absl::StrCat(frames)},
@@ -256,7 +257,7 @@ absl::StatusOr<Sha256Digest> Round::CheckSameContributionLocked(
   bool equivocation = false;
   absl::StatusOr<Sha256Digest> declared =
       agreement_.CheckResume(request.rank, request.header, request.fingerprint,
-                             ranks_[request.rank].digest, &equivocation);
+                             ledger_.digest(request.rank), &equivocation);
   if (!declared.ok() && equivocation) {
     return EquivocationLocked(request.rank, declared.status(), callbacks);
   }
@@ -306,10 +307,11 @@ absl::StatusOr<int64_t> Round::ReclaimLocked(int rank, uint64_t frames,
 bool Round::Append(int rank, grpc::ByteBuffer frame, int64_t bytes,
                    PendingCallbacks* callbacks) {
   // Every contributor but the sender (all ranks until a quorum closes).
-  const int receivers = rank == kEveryRank ? contributors_ : contributors_ - 1;
+  const int contributors = ledger_.contributors();
+  const int receivers = rank == kEveryRank ? contributors : contributors - 1;
   if (!log_.Append(rank, std::move(frame), bytes, receivers)) return false;
   for (int r = 0; r < world_; ++r) {
-    if (r != rank && ranks_[r].Started()) Wake(r, callbacks);
+    if (r != rank && ledger_.started(r)) Wake(r, callbacks);
   }
   return true;
 }
@@ -449,8 +451,7 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
                             PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return;
-  RankState& state = ranks_[rank];
-  if (state.digest.has_value()) return;
+  if (ledger_.ended(rank)) return;
   if (agreement_.DeclaredOther(rank, digest)) {
     // The round fails on every rank; the uploader learns it from its stream.
     EquivocationLocked(
@@ -462,13 +463,13 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
       !RecordedLocked(recorder_->Ended(rank, digest), callbacks)) {
     return;
   }
-  state.digest = digest;
+  const int64_t bytes = ranks_[rank].received_bytes;
+  const bool last = ledger_.End(rank, digest, bytes);
   ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
-  contributed.bytes = state.received_bytes;
+  contributed.bytes = bytes;
   contributed.sha256_hex = DigestToHex(digest);
   DeferEvent(options_.events, std::move(contributed), callbacks);
-  if (++ended_count_ < contributors_) return;
-  CompleteLocked(callbacks);
+  if (last) CompleteLocked(callbacks);
 }
 
 void Round::CompleteLocked(PendingCallbacks* callbacks) {
@@ -481,19 +482,19 @@ void Round::CompleteLocked(PendingCallbacks* callbacks) {
     committed.sha256_hex = DigestToHex(result_digest_);
   std::vector<std::string> shut_out;
   for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].phase == RankPhase::kShutOut) {
+    if (ledger_.shut_out(r)) {
       shut_out.push_back(RankName(r));
       continue;
     }
-    committed.contributions.push_back(ContributionDigest{
-        r, options_.identities[r], DigestToHex(*ranks_[r].digest),
-        ranks_[r].received_bytes});
-    committed.bytes += ranks_[r].received_bytes;
+    committed.contributions.push_back(
+        ContributionDigest{r, options_.identities[r],
+                           DigestToHex(*ledger_.digest(r)), ledger_.bytes(r)});
+    committed.bytes += ledger_.bytes(r);
   }
   if (!shut_out.empty()) {
     committed.details.emplace_back(
-        "quorum", absl::StrCat(contributors_, " of ", world_, " (min_quorum ",
-                               options_.min_quorum, ")"));
+        "quorum", absl::StrCat(ledger_.contributors(), " of ", world_,
+                               " (min_quorum ", options_.min_quorum, ")"));
     committed.details.emplace_back("shut_out", absl::StrJoin(shut_out, ", "));
   }
   DeferEvent(options_.events, std::move(committed), callbacks);
@@ -511,14 +512,7 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
   commit->set_group(options_.group);
   commit->set_epoch(options_.epoch);
   commit->set_seq(options_.seq);
-  for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].phase == RankPhase::kShutOut) continue;
-    v1::RankDigest* digest = commit->add_contributions();
-    digest->set_rank(r);
-    digest->set_identity(options_.identities[r]);
-    digest->set_sha256(ranks_[r].digest->data(), ranks_[r].digest->size());
-    digest->set_bytes(ranks_[r].received_bytes);
-  }
+  ledger_.AddContributions(options_.identities, commit);
   if (agreement_.op() == v1::ALL_REDUCE) {
     commit->set_result_sha256(result_digest_.data(), result_digest_.size());
   }
@@ -573,10 +567,10 @@ void Round::TakeBackCommitLocked(RankState& state) {
 }
 
 bool Round::SettledLocked(absl::Time now) {
-  for (const RankState& state : ranks_) {
-    if (state.phase != RankPhase::kShutOut &&
-        state.phase != RankPhase::kCommitSent &&
-        state.phase != RankPhase::kLost) {
+  for (int r = 0; r < world_; ++r) {
+    const RankPhase phase = ranks_[r].phase;
+    if (!ledger_.shut_out(r) && phase != RankPhase::kCommitSent &&
+        phase != RankPhase::kLost) {
       return false;
     }
   }
@@ -694,9 +688,9 @@ std::string Round::ProgressLocked() const {
   std::vector<int> done;
   for (int r = 0; r < world_; ++r) {
     const RankState& state = ranks_[r];
-    if (state.digest.has_value()) {
+    if (ledger_.ended(r)) {
       done.push_back(r);
-    } else if (!state.Started()) {
+    } else if (!ledger_.started(r)) {
       missing.push_back(absl::StrCat(RankName(r), ": not started"));
     } else {
       missing.push_back(absl::StrCat(RankName(r), ": ", state.received_bytes,
@@ -731,7 +725,7 @@ void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
   if (complete_ && status_.ok()) ReleaseTailAfterGraceLocked(now);
   if (finished()) return;
   if (now < options_.deadline) {
-    if (now >= options_.quorum_deadline && contributors_ == world_) {
+    if (now >= options_.quorum_deadline && !ledger_.closed()) {
       CloseQuorumLocked(callbacks);
     }
     return;
@@ -744,27 +738,27 @@ void Round::CheckDeadline(absl::Time now, PendingCallbacks* callbacks) {
 }
 
 void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
-  std::vector<int> started;
-  for (int r = 0; r < world_; ++r) {
-    if (ranks_[r].Started()) started.push_back(r);
-  }
-  const int count = static_cast<int>(started.size());
-  if (count == world_) return;  // everyone is in: nothing to close
+  const std::optional<int> root =
+      agreement_.op() == v1::BROADCAST
+          ? std::optional<int>(static_cast<int>(agreement_.root()))
+          : std::nullopt;
+  const ContributionLedger::Closing closing = ledger_.CheckClose(root);
+  if (closing == ContributionLedger::Closing::kNothingToClose) return;
+  const int count = ledger_.StartedCount();
   const std::string why = absl::StrCat(
       Describe(), " reached its quorum deadline of ",
       absl::FormatDuration(options_.quorum_wait), " with ", count, " of ",
       world_, " ranks started (min_quorum ", options_.min_quorum, ")");
-  if (count < options_.min_quorum) {
+  if (closing == ContributionLedger::Closing::kBelowQuorum) {
     FailLocked(absl::DeadlineExceededError(
                    absl::StrCat(why, ", below quorum; ", ProgressLocked())),
                callbacks);
     return;
   }
-  if (agreement_.op() == v1::BROADCAST &&
-      !ranks_[agreement_.root()].Started()) {
-    FailLocked(absl::DeadlineExceededError(absl::StrCat(
-                   why, ", but not the broadcast's root ",
-                   RankName(agreement_.root()), "; ", ProgressLocked())),
+  if (closing == ContributionLedger::Closing::kWithoutRoot) {
+    FailLocked(absl::DeadlineExceededError(
+                   absl::StrCat(why, ", but not the broadcast's root ",
+                                RankName(*root), "; ", ProgressLocked())),
                callbacks);
     return;
   }
@@ -774,28 +768,23 @@ void Round::CloseQuorumLocked(PendingCallbacks* callbacks) {
   }
   // The ranks that have not started are no longer receivers: drop their
   // claims on the log, and let the reduction finish without them.
-  contributors_ = count;
-  const int shut_out = world_ - count;
-  for (RankState& state : ranks_) {
-    if (state.phase == RankPhase::kWaiting) state.phase = RankPhase::kShutOut;
+  const std::vector<bool> contributors = ledger_.Close();
+  if (log_.DropReceivers(world_ - ledger_.contributors())) {
+    ResumeReadersLocked(callbacks);
   }
-  if (log_.DropReceivers(shut_out)) ResumeReadersLocked(callbacks);
   if (reducer_ != nullptr) {
-    std::vector<bool> contributors(world_);
-    for (int r = 0; r < world_; ++r)
-      contributors[r] = ranks_[r].phase != RankPhase::kShutOut;
     for (Reducer::FinishedChunk& chunk :
          reducer_->CloseContributors(contributors)) {
       AppendResultLocked(chunk.tensor, chunk.offset, std::move(chunk.data),
                          callbacks);
     }
   }
-  if (ended_count_ >= contributors_) CompleteLocked(callbacks);
+  if (ledger_.AllEnded()) CompleteLocked(callbacks);
 }
 
 void Round::CloseQuorum(PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  if (!finished() && contributors_ == world_) CloseQuorumLocked(callbacks);
+  if (!finished() && !ledger_.closed()) CloseQuorumLocked(callbacks);
 }
 
 void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
@@ -803,8 +792,8 @@ void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
   absl::MutexLock lock(&mu_);
   recorder_ = std::move(recorder);
   for (int r = 0; r < world_; ++r) {
+    if (!ledger_.started(r)) continue;
     RankState& state = ranks_[r];
-    if (!state.Started()) continue;
     state.phase = RankPhase::kDetached;
     state.detached_at = now;
     state.read_paused = false;

@@ -41,6 +41,7 @@
 #include "common/frame_codec.h"
 #include "common/sha256.h"
 #include "fedgather/v1/fedgather.pb.h"
+#include "server/control/contribution_ledger.h"
 #include "server/control/round_agreement.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
@@ -278,19 +279,19 @@ class Round {
   Progress GetProgress() const;
 
  private:
-  // RankPhase is where a rank's stream stands in the round:
-  //   kWaiting    no header yet
-  //   kShutOut    a quorum closed the round without it (final)
+  // RankPhase is where a rank's stream stands in the round (whether the
+  // rank started, was shut out by a quorum, or ended its upload is the
+  // ledger's: ContributionLedger):
+  //   kWaiting    no header yet (also for good, once a quorum shut it out)
   //   kStreaming  attached: its stream sends and receives
   //   kCommitSent its stream was handed the commit
   //   kDetached   its stream broke; it may resume within resume_grace
   //   kLost       gone for good (no resume, or its grace passed)
-  // kWaiting -> kStreaming | kShutOut; kStreaming -> kCommitSent |
-  // kDetached | kLost; kCommitSent -> kDetached (a resume takes the commit
-  // back); kDetached -> kStreaming | kLost.
+  // kWaiting -> kStreaming; kStreaming -> kCommitSent | kDetached | kLost;
+  // kCommitSent -> kDetached (a resume takes the commit back);
+  // kDetached -> kStreaming | kLost.
   enum class RankPhase {
     kWaiting,
-    kShutOut,
     kStreaming,
     kCommitSent,
     kDetached,
@@ -298,18 +299,12 @@ class Round {
   };
   struct RankState {
     RankPhase phase = RankPhase::kWaiting;
-    // Started is true once its header was accepted (whatever came after).
-    bool Started() const {
-      return phase != RankPhase::kWaiting && phase != RankPhase::kShutOut;
-    }
     std::string peer;
     std::weak_ptr<RoundStream> stream;
     int64_t expected_bytes = 0;
     int64_t received_bytes = 0;
     int64_t chunks = 0;      // chunk frames received from it
     int64_t sent_bytes = 0;  // frame bytes its stream has written
-    // Its contribution's SHA-256, once its upload ended.
-    std::optional<Sha256Digest> digest;
     // The flow of its stream: a write handed out and not yet done; reading
     // paused until the round has room (ResumeReading).
     bool write_in_flight = false;
@@ -436,6 +431,9 @@ class Round {
   // What the ranks agreed on (op, root, reduction, fingerprint) and the
   // equivocation checks: the control part, which knows no log.
   RoundAgreement agreement_ ABSL_GUARDED_BY(mu_);
+  // Who started, who a quorum shut out, and each contributor's digest: the
+  // control part too.
+  ContributionLedger ledger_ ABSL_GUARDED_BY(mu_);
   bool first_chunk_seen_ ABSL_GUARDED_BY(mu_) = false;
   // ALL_REDUCE: the reducer, each rank's weight, the hash of the result
   // frames in the order they were made.
@@ -451,9 +449,6 @@ class Round {
   // contributor has its commit handed over or was given up, and the resume
   // grace has passed since that was first seen (CheckDeadline).
   std::optional<absl::Time> all_commits_sent_at_ ABSL_GUARDED_BY(mu_);
-  int ended_count_ ABSL_GUARDED_BY(mu_) = 0;
-  // The ranks the round waits for: the world size, until a quorum closes it.
-  int contributors_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ByteBuffer commit_frame_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);  // first failure

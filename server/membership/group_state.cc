@@ -1,7 +1,6 @@
 #include "server/membership/group_state.h"
 
 #include <algorithm>
-#include <iterator>
 #include <set>
 #include <utility>
 
@@ -12,17 +11,6 @@
 #include "server/relay/round_restore.h"
 
 namespace fedgather::server {
-namespace {
-
-// Outcomes kept per group: at most this many, holding at most this many
-// bytes of messages (each failure message is at most
-// kMaxStatusMessageBytes).
-constexpr size_t kKeptOutcomes = 1024;
-constexpr size_t kKeptOutcomeBytes = size_t{1} << 20;
-// Completed rounds kept for resumes; each holds at most its resume window.
-constexpr size_t kKeptCompletedRounds = 4;
-
-}  // namespace
 
 GroupState::GroupState(GroupConfig config, const GroupLimits& limits)
     : name_(config.name), limits_(limits), config_(std::move(config)) {}
@@ -68,13 +56,12 @@ absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
   // A journal written before failure messages were bounded may hold big
   // ones.
   for (const auto& [seq, outcome] : saved->outcomes) {
-    outcomes_[seq] = BoundStatus(outcome);
+    rounds_.KeepOutcome(seq, outcome);
   }
-  TrimOutcomesLocked();
   int64_t journal_bytes = 0;
   for (const auto& [seq, path] : saved->rounds) {
-    if (auto it = outcomes_.find(seq);
-        it != outcomes_.end() && !it->second.ok()) {
+    if (const absl::Status* outcome = rounds_.Outcome(seq);
+        outcome != nullptr && !outcome->ok()) {
       journal_->DiscardRound(seq);  // it failed before the restart
       continue;
     }
@@ -86,9 +73,9 @@ absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
       members_[r].next_seq = std::max(members_[r].next_seq, seq + 1);
     }
     if (restored->round->Complete()) {
-      completed_[seq] = restored->round;
+      rounds_.AddCompleted(seq, restored->round);
     } else {
-      rounds_[seq] = restored->round;
+      rounds_.AddInFlight(seq, restored->round);
     }
   }
   ServerEvent event;
@@ -96,8 +83,8 @@ absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
   event.group = name_;
   event.epoch = epoch_;
   event.bytes = journal_bytes;
-  event.details = {{"rounds_in_flight", absl::StrCat(rounds_.size())},
-                   {"rounds_completed", absl::StrCat(completed_.size())},
+  event.details = {{"rounds_in_flight", absl::StrCat(rounds_.InFlightCount())},
+                   {"rounds_completed", absl::StrCat(rounds_.CompletedCount())},
                    {"state_dir", journal_->directory()}};
   DeferEvent(limits_.events, std::move(event), callbacks);
   return absl::OkStatus();
@@ -280,8 +267,7 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   formed_ = true;
   ended_status_ = absl::OkStatus();
   members_.clear();
-  rounds_.clear();
-  outcomes_.clear();
+  rounds_.StartEpoch();
   for (const Waiting* w : by_rank) {
     Member member;
     member.identity = w->identity;
@@ -331,14 +317,9 @@ void GroupState::EndEpochLocked(absl::Status status,
     // are gone, and it ends again when their resume grace passes.
     journal_->Ended(epoch_).IgnoreError();
   }
-  for (auto& [seq, round] : rounds_) round->Fail(status, callbacks);
-  rounds_.clear();
-  outcomes_.clear();
-  ended_ = EndedEpoch{epoch_, {}, std::move(completed_)};
-  completed_.clear();
-  for (const Member& member : members_) {
-    ended_.identities.push_back(member.identity);
-  }
+  std::vector<std::string> identities;
+  for (const Member& member : members_) identities.push_back(member.identity);
+  rounds_.EndEpoch(epoch_, std::move(identities), status, callbacks);
   for (const Member& member : members_) {
     if (member.session_key == except) continue;
     std::weak_ptr<SessionStream> weak = member.session;
@@ -358,8 +339,7 @@ void GroupState::StartResumeGrace(absl::Time now) {
       member.disconnected_at = std::max(member.disconnected_at, now);
     }
   }
-  for (auto& [seq, round] : rounds_) round->StartResumeGrace(now);
-  for (auto& [seq, round] : completed_) round->StartResumeGrace(now);
+  rounds_.StartResumeGrace(now);
 }
 
 void GroupState::Heartbeat(const SessionStream* session, absl::Time now) {
@@ -424,7 +404,7 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
   absl::MutexLock lock(&mu_);
   if (!formed_ || header.epoch() != epoch_) {
     absl::StatusOr<std::shared_ptr<Round>> ended =
-        FindEndedRoundLocked(identity, header);
+        rounds_.FindEnded(name_, identity, header);
     if (!ended.ok() || *ended != nullptr) return ended;
     if (!formed_ && header.epoch() == epoch_ && !ended_status_.ok()) {
       return ended_status_;
@@ -449,12 +429,10 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
   }
   if (header.resume() && header.seq() < member.next_seq) {
     const uint64_t seq = header.seq();
-    if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
-    if (auto it = completed_.find(seq); it != completed_.end()) {
-      return it->second;
-    }
-    if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
-      if (!it->second.ok()) return it->second;
+    if (std::shared_ptr<Round> round = rounds_.Resumable(seq)) return round;
+    if (const absl::Status* outcome = rounds_.Outcome(seq);
+        outcome != nullptr && !outcome->ok()) {
+      return *outcome;
     }
     return absl::FailedPreconditionError(absl::StrCat(
         Describe(), " seq ", seq, " can no longer be resumed: ",
@@ -483,9 +461,9 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
       return failed;
     }
   }
-  if (auto it = rounds_.find(seq); it != rounds_.end()) return it->second;
-  if (auto it = outcomes_.find(seq); it != outcomes_.end()) {
-    if (!it->second.ok()) return it->second;
+  if (std::shared_ptr<Round> round = rounds_.InFlight(seq)) return round;
+  if (const absl::Status* outcome = rounds_.Outcome(seq); outcome != nullptr) {
+    if (!outcome->ok()) return *outcome;
     // Only a rank a quorum round closed without can name a completed seq:
     // every contributor has moved past it.
     return absl::FailedPreconditionError(absl::StrCat(
@@ -500,10 +478,10 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
     KeepOutcomeLocked(seq, admitted);
     return admitted;
   }
-  if (static_cast<int>(rounds_.size()) >= config_.max_rounds_in_flight) {
+  if (rounds_.InFlightCount() >= config_.max_rounds_in_flight) {
     const absl::Status too_many = absl::ResourceExhaustedError(absl::StrCat(
         Describe(), ": rank ", header.rank(), " (", identity, ") started seq ",
-        seq, " while ", rounds_.size(),
+        seq, " while ", rounds_.InFlightCount(),
         " rounds are in flight, the group's max_rounds_in_flight; the epoch "
         "ended; join again"));
     EndEpochLocked(too_many, nullptr, callbacks);
@@ -515,25 +493,8 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
     EndEpochLocked(failed, nullptr, callbacks);
     return failed;
   }
-  rounds_[seq] = *round;
+  rounds_.AddInFlight(seq, *round);
   return *round;
-}
-
-absl::StatusOr<std::shared_ptr<Round>> GroupState::FindEndedRoundLocked(
-    const std::string& identity, const v1::CollectiveHeader& header) const {
-  const auto round = ended_.completed.find(header.seq());
-  if (!header.resume() || header.epoch() != ended_.epoch ||
-      round == ended_.completed.end() ||
-      header.rank() >= ended_.identities.size()) {
-    return nullptr;
-  }
-  if (ended_.identities[header.rank()] != identity) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("group '", name_, "' epoch ", ended_.epoch, ": identity '",
-                     identity, "' may not resume rank ", header.rank(),
-                     ", which was bound to another identity"));
-  }
-  return round->second;
 }
 
 absl::Status GroupState::StateErrorLocked(const absl::Status& error) const {
@@ -596,21 +557,12 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
   PendingCallbacks callbacks;  // runs after the lock is released
   absl::MutexLock lock(&mu_);
   if (!formed_ || epoch != epoch_) return;
-  if (auto it = rounds_.find(seq); it != rounds_.end()) {
-    if (outcome.ok() && limits_.resume_grace > absl::ZeroDuration()) {
-      completed_[seq] = it->second;
-      while (completed_.size() > kKeptCompletedRounds) {
-        if (journal_ != nullptr)
-          journal_->DiscardRound(completed_.begin()->first);
-        completed_.erase(completed_.begin());
-      }
-    } else if (journal_ != nullptr) {
-      journal_->DiscardRound(seq);
-    }
-    rounds_.erase(it);
+  for (uint64_t released : rounds_.Finished(
+           seq, outcome.ok(), limits_.resume_grace > absl::ZeroDuration())) {
+    if (journal_ != nullptr) journal_->DiscardRound(released);
   }
   KeepOutcomeLocked(seq, outcome);
-  if (!closing_.ok() && rounds_.empty()) {
+  if (!closing_.ok() && rounds_.InFlightCount() == 0) {
     EndEpochLocked(closing_, nullptr, &callbacks);
   }
 }
@@ -621,21 +573,10 @@ absl::Status GroupState::AdmissionLocked() const {
 
 void GroupState::KeepOutcomeLocked(uint64_t seq, const absl::Status& outcome) {
   const absl::Status kept = BoundStatus(outcome);
+  rounds_.KeepOutcome(seq, kept);
   if (journal_ != nullptr) {
     // Best effort: a restart without it only answers a late rank less well.
     journal_->Finished(seq, kept).IgnoreError();
-  }
-  outcomes_[seq] = kept;
-  TrimOutcomesLocked();
-}
-
-void GroupState::TrimOutcomesLocked() {
-  size_t bytes = 0;
-  for (const auto& [seq, outcome] : outcomes_)
-    bytes += outcome.message().size();
-  while (outcomes_.size() > kKeptOutcomes || bytes > kKeptOutcomeBytes) {
-    bytes -= outcomes_.begin()->second.message().size();
-    outcomes_.erase(outcomes_.begin());
   }
 }
 
@@ -672,10 +613,7 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
     });
     it = waiting_.erase(it);
   }
-  for (auto it = ended_.completed.begin(); it != ended_.completed.end();) {
-    it->second->CheckDeadline(now, callbacks);
-    it = it->second->Settled(now) ? ended_.completed.erase(it) : std::next(it);
-  }
+  rounds_.CheckEnded(now, callbacks);
   if (!formed_) return;
   for (size_t r = 0; r < members_.size(); ++r) {
     const Member& member = members_[r];
@@ -699,13 +637,8 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
                    nullptr, callbacks);
     return;
   }
-  for (auto& [seq, round] : rounds_) round->CheckDeadline(now, callbacks);
-  for (auto& [seq, round] : completed_) round->CheckDeadline(now, callbacks);
+  rounds_.CheckDeadlines(now, callbacks);
 }
-
-}  // namespace fedgather::server
-
-namespace fedgather::server {
 
 void GroupState::RefuseWaitingLocked(
     const std::function<absl::Status(const Waiting&)>& refuse,
@@ -753,7 +686,7 @@ void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
     }
     // A round in flight still waiting for a removed member's header can
     // never complete (the member is refused now): fail it at once.
-    for (auto& [seq, round] : rounds_) {
+    for (const auto& [seq, round] : rounds_.in_flight()) {
       const std::vector<int> started = round->GetProgress().started;
       for (int r : removed_ranks) {
         if (std::find(started.begin(), started.end(), r) == started.end()) {
@@ -762,7 +695,7 @@ void GroupState::Reconfigure(GroupConfig config, PendingCallbacks* callbacks) {
         }
       }
     }
-    if (!closing_.ok() && rounds_.empty()) {
+    if (!closing_.ok() && rounds_.InFlightCount() == 0) {
       EndEpochLocked(closing_, nullptr, callbacks);
     }
   }
@@ -796,13 +729,7 @@ std::vector<uint64_t> GroupState::FailRounds(absl::StatusCode code,
                                              absl::string_view why,
                                              PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  std::vector<uint64_t> failed;
-  for (auto& [seq, round] : rounds_) {
-    round->Fail(absl::Status(code, absl::StrCat(round->Describe(), " ", why)),
-                callbacks);
-    failed.push_back(seq);
-  }
-  return failed;
+  return rounds_.FailInFlight(code, why, callbacks);
 }
 
 void GroupState::Drain(const absl::Status& why, PendingCallbacks* callbacks) {
@@ -810,13 +737,15 @@ void GroupState::Drain(const absl::Status& why, PendingCallbacks* callbacks) {
   RefuseWaitingLocked([&](const Waiting&) { return why; }, callbacks);
   if (formed_ && closing_.ok()) {
     closing_ = why;
-    if (rounds_.empty()) EndEpochLocked(closing_, nullptr, callbacks);
+    if (rounds_.InFlightCount() == 0) {
+      EndEpochLocked(closing_, nullptr, callbacks);
+    }
   }
 }
 
 int GroupState::RoundsInFlight() const {
   absl::MutexLock lock(&mu_);
-  return static_cast<int>(rounds_.size());
+  return rounds_.InFlightCount();
 }
 
 GroupState::Snapshot GroupState::GetSnapshot() const {
@@ -829,9 +758,7 @@ GroupState::Snapshot GroupState::GetSnapshot() const {
     snapshot.members.push_back({m.identity, !m.disconnected});
   }
   for (const Waiting& w : waiting_) snapshot.waiting.push_back(w.identity);
-  for (const auto& [seq, round] : rounds_) {
-    snapshot.rounds.push_back(round->GetProgress());
-  }
+  snapshot.rounds = rounds_.InFlightProgress();
   return snapshot;
 }
 

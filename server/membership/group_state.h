@@ -1,12 +1,14 @@
-// GroupState: one group's membership and its rounds. Members join through
-// their session streams; when world_size of them have joined the group forms
-// a new membership epoch with ranks assigned (requested ranks first, the rest
-// by sorted identity). A member whose session closes or misses heartbeats
-// is detached for the resume grace, if the group has one (a member that
-// leaves is not), and may resume its session within it; a member lost for
-// good (no grace, or the grace passed) ends the epoch: every round in flight
-// fails with UNAVAILABLE naming it, the other sessions are closed with the
-// same status, and members join again.
+// GroupState: one group's membership, and its rounds through a RoundTable
+// (round_table.h: which rounds are in flight, how finished ones ended, and
+// which completed ones stay resumable). Members join through their session
+// streams; when world_size of them have joined the group forms a new membership
+// epoch with ranks assigned (requested ranks first, the rest by sorted
+// identity). A member whose session closes or misses heartbeats is detached for
+// the resume grace, if the group has one (a member that leaves is not), and may
+// resume its session within it; a member lost for good (no grace, or the grace
+// passed) ends the epoch: every round in flight fails with UNAVAILABLE naming
+// it, the other sessions are closed with the same status, and members join
+// again.
 //
 // The policy can change the group's configuration while it runs
 // (Reconfigure): a formed epoch keeps its members and rounds, and the new
@@ -20,7 +22,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,7 @@
 #include "server/events/server_counters.h"
 #include "server/journal/group_journal.h"
 #include "server/membership/group_config.h"
+#include "server/membership/round_table.h"
 #include "server/relay/round.h"
 
 namespace fedgather::server {
@@ -250,14 +252,6 @@ class GroupState {
   void EndEpochLocked(absl::Status status, const SessionStream* except,
                       PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // FindEndedRoundLocked is FindRound for a resuming header of the epoch
-  // that ended last: its completed round, or null when it has none for it.
-  absl::StatusOr<std::shared_ptr<Round>> FindEndedRoundLocked(
-      const std::string& identity, const v1::CollectiveHeader& header) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // TrimOutcomesLocked drops the oldest outcomes past kKeptOutcomes entries
-  // or kKeptOutcomeBytes of messages.
-  void TrimOutcomesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // JoinTimeoutLocked says who has joined and who has not.
   absl::Status JoinTimeoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RoundFinished(uint64_t epoch, uint64_t seq, const absl::Status& outcome);
@@ -292,22 +286,9 @@ class GroupState {
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // by rank
-  std::map<uint64_t, std::shared_ptr<Round>> rounds_ ABSL_GUARDED_BY(mu_);
-  // Outcomes of this epoch's finished rounds, so late ranks get the same
-  // answer; the oldest are dropped past kKeptOutcomes entries or
-  // kKeptOutcomeBytes of messages (TrimOutcomesLocked).
-  std::map<uint64_t, absl::Status> outcomes_ ABSL_GUARDED_BY(mu_);
-  // Resumable streams: the most recent completed rounds, which ranks whose
-  // stream broke before their commit may still resume.
-  std::map<uint64_t, std::shared_ptr<Round>> completed_ ABSL_GUARDED_BY(mu_);
-  // The completed rounds of the epoch that ended last, with its members by
-  // rank, kept for resumes until each round is settled.
-  struct EndedEpoch {
-    uint64_t epoch = 0;
-    std::vector<std::string> identities;
-    std::map<uint64_t, std::shared_ptr<Round>> completed;
-  };
-  EndedEpoch ended_ ABSL_GUARDED_BY(mu_);
+  // The rounds in flight, their outcomes, and the completed rounds kept
+  // for resumes, of this epoch and of the one that ended last.
+  RoundTable rounds_ ABSL_GUARDED_BY(mu_);
   // Set when a policy reload closed the formed epoch: why.
   absl::Status closing_ ABSL_GUARDED_BY(mu_);
   // Why the last epoch ended, for streams that still name it.

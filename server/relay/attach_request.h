@@ -1,6 +1,5 @@
 // AttachRequest: what a rank's stream hands a round when it attaches to it
-// (Round::Attach) or resumes it (Round::Resume), and RoundStream, the stream
-// as the round sees it.
+// (Round::Attach) or resumes it (Round::Resume).
 #ifndef FEDGATHER_SERVER_RELAY_ATTACH_REQUEST_H_
 #define FEDGATHER_SERVER_RELAY_ATTACH_REQUEST_H_
 
@@ -12,21 +11,9 @@
 
 #include "common/fingerprint.h"
 #include "fedgather/v1/fedgather.pb.h"
+#include "server/control/round_data_plane.h"
 
 namespace fedgather::server {
-
-// The server end of one member's collective stream, as a round sees it.
-// The round calls these through PendingCallbacks, never under its lock, from
-// whatever thread changed the round.
-class RoundStream {
- public:
-  virtual ~RoundStream() = default;
-  // WakeWriter: the round may have something for this stream to send. The
-  // stream answers by calling Round::NextOutgoing when it is not writing.
-  virtual void WakeWriter() = 0;
-  // ResumeReading: the round has buffer room again for a paused uploader.
-  virtual void ResumeReading() = 0;
-};
 
 // One rank's header, as the round takes it. The round takes the request by
 // value and keeps what it needs (the header and fingerprint, to check a

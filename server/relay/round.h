@@ -1,18 +1,20 @@
 // Round: the state machine of one collective (group, epoch, seq) on the
-// server. It owns the round's chunk log (FanOutLog, fan_out_log.h): every frame
-// a rank uploads is kept once, reference-counted, and each other rank's stream
-// walks the log with its own cursor (cut-through fan-out, no copy per
-// receiver). A frame is released when every receiver has written it. The memory
-// the log holds is bounded by RoundOptions::max_buffered_bytes: each frame is
-// charged its bytes plus kFrameChargeBytes for what holds it, and an uploader
-// that pushes the round past the limit is paused until receivers drain
-// (backpressure). The log's entries outlive their frames (a resume finds its
-// place by them), so a round takes at most max_buffered_bytes / kLogEntryBytes
-// frames and fails with RESOURCE_EXHAUSTED past that: tiny chunks cannot make a
-// round hold more than about twice the limit, plus the resume window. A round
-// rebuilt from its journal after a restart (ReplayChunk) keeps to the same
-// limit: the oldest replayed frames leave memory and are read back from the
-// journal, for each receiver, when its stream needs them.
+// server, and the star relay's RoundDataPlane (server/control/
+// round_data_plane.h): every chunk goes through it. It owns the round's chunk
+// log (FanOutLog, fan_out_log.h): every frame a rank uploads is kept once,
+// reference-counted, and each other rank's stream walks the log with its own
+// cursor (cut-through fan-out, no copy per receiver). A frame is released when
+// every receiver has written it. The memory the log holds is bounded by
+// RoundOptions::max_buffered_bytes: each frame is charged its bytes plus
+// kFrameChargeBytes for what holds it, and an uploader that pushes the round
+// past the limit is paused until receivers drain (backpressure). The log's
+// entries outlive their frames (a resume finds its place by them), so a round
+// takes at most max_buffered_bytes / kLogEntryBytes frames and fails with
+// RESOURCE_EXHAUSTED past that: tiny chunks cannot make a round hold more than
+// about twice the limit, plus the resume window. A round rebuilt from its
+// journal after a restart (ReplayChunk) keeps to the same limit: the oldest
+// replayed frames leave memory and are read back from the journal, for each
+// receiver, when its stream needs them.
 //
 // Thread safety: all methods are thread-safe and take the round's own mutex
 // briefly. Methods that change state add stream wake-ups and events to a
@@ -43,6 +45,7 @@
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/control/contribution_ledger.h"
 #include "server/control/round_agreement.h"
+#include "server/control/round_data_plane.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/events/server_counters.h"
@@ -55,19 +58,6 @@ namespace fedgather::server {
 
 // The payload of a status that asks the client to try again shortly.
 inline constexpr char kRetryPayload[] = "fedgather/retry";
-
-// What a stream should do next.
-struct Outgoing {
-  enum class Kind {
-    kNothing,          // wait for the next WakeWriter
-    kFrame,            // write `frame`, then call WriteDone
-    kCommitAndFinish,  // write `frame` (the commit) and finish with OK
-    kFinish,           // finish the stream with `status`
-  };
-  Kind kind = Kind::kNothing;
-  grpc::ByteBuffer frame;
-  absl::Status status;
-};
 
 struct RoundOptions {
   std::string group;
@@ -111,7 +101,7 @@ struct RoundOptions {
   std::function<void(uint64_t seq, const absl::Status& outcome)> on_finished;
 };
 
-class Round {
+class Round : public RoundDataPlane {
  public:
   // The log's charges (FanOutLog).
   static constexpr int64_t kFrameChargeBytes = FanOutLog::kFrameChargeBytes;
@@ -165,7 +155,7 @@ class Round {
   // bytes to the log. Returns true when the uploader may read its next frame
   // now, false when it must wait for RoundStream::ResumeReading.
   bool OfferChunk(int rank, grpc::ByteBuffer frame, int64_t payload_bytes,
-                  PendingCallbacks* callbacks);
+                  PendingCallbacks* callbacks) override;
   // ReplayChunk is OfferChunk for a chunk replayed from the journal, whose
   // frame lies there at `journal_offset` (RestoreRound): while the round
   // holds more than max_buffered_bytes, the oldest replayed frames leave
@@ -185,24 +175,24 @@ class Round {
   // is (it is not forwarded).
   bool OfferReduceChunk(int rank, const grpc::ByteBuffer& frame,
                         const ChunkMeta& meta, const uint8_t* data,
-                        PendingCallbacks* callbacks);
+                        PendingCallbacks* callbacks) override;
 
   // EndContribution records that `rank`'s upload is complete with `digest`.
   // When it is the last contribution the round completes and every stream is
   // woken to send the commit after its remaining chunks.
   void EndContribution(int rank, const Sha256Digest& digest,
-                       PendingCallbacks* callbacks);
+                       PendingCallbacks* callbacks) override;
 
   // NextOutgoing tells `rank`'s stream what to do next. The stream must not
   // have a write in flight. A frame that left memory is read back from the
   // journal here (under the round's lock); if it cannot be, the round fails
   // with DATA_LOSS naming the journal.
-  Outgoing NextOutgoing(int rank, PendingCallbacks* callbacks);
+  Outgoing NextOutgoing(int rank, PendingCallbacks* callbacks) override;
 
   // WriteDone reports that `rank`'s last kFrame write finished; `ok` false
   // means the stream is gone (once the round completed, without resumable
   // streams, its claims on the frames it has not written are dropped).
-  void WriteDone(int rank, bool ok, PendingCallbacks* callbacks);
+  void WriteDone(int rank, bool ok, PendingCallbacks* callbacks) override;
 
   // StreamLost reports that `rank`'s stream closed or was cancelled. Before
   // completion this fails the round with UNAVAILABLE naming the rank, unless
@@ -213,7 +203,8 @@ class Round {
   // are dropped at once, so they are released. The stream must not call into
   // the round afterwards.
   void StreamLost(int rank, absl::string_view why, absl::Time now,
-                  PendingCallbacks* callbacks, Sha256 hasher = Sha256());
+                  PendingCallbacks* callbacks,
+                  Sha256 hasher = Sha256()) override;
 
   // Fail fails the round with `status` on every rank; the first failure
   // sticks and later calls do nothing. No effect once the round completed.

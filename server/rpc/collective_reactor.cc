@@ -56,6 +56,8 @@ std::shared_ptr<Round> CollectiveReactor::round() {
   return round_;
 }
 
+std::shared_ptr<RoundDataPlane> CollectiveReactor::plane() { return round(); }
+
 absl::Status CollectiveReactor::UploadSink::Begin(const ChunkMeta& meta) {
   if (meta.rank != static_cast<uint32_t>(reactor_->rank_)) {
     return absl::InvalidArgumentError(
@@ -89,7 +91,9 @@ void CollectiveReactor::LoseStream(absl::string_view why) {
       r = round_;
     }
     if (r != nullptr) {
-      r->StreamLost(rank_, why, clock_->Now(), &callbacks, std::move(hasher_));
+      RoundDataPlane& plane = *r;
+      plane.StreamLost(rank_, why, clock_->Now(), &callbacks,
+                       std::move(hasher_));
     }
   }
   // Finished with no lock held: once Finish is called, OnDone may free
@@ -188,12 +192,12 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
       if (kind == v1::CollectiveFrame::kChunk) {
         group_->MemberAlive(epoch_, rank_, clock_->Now());
         if (op_ == v1::ALL_REDUCE) {
-          return round()->OfferReduceChunk(
+          return plane()->OfferReduceChunk(
               rank_, read_buffer_, chunk.meta(),
               reinterpret_cast<const uint8_t*>(chunk.bytes().data()),
               callbacks);
         }
-        return round()->OfferChunk(
+        return plane()->OfferChunk(
             rank_, read_buffer_, static_cast<int64_t>(chunk.size()), callbacks);
       }
       if (kind == v1::CollectiveFrame::kEnd) {
@@ -219,7 +223,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
               DigestToHex(actual)));
         }
         phase_ = Phase::kEnded;
-        round()->EndContribution(rank_, actual, callbacks);
+        plane()->EndContribution(rank_, actual, callbacks);
         return true;  // to see the client's half-close
       }
       return absl::InvalidArgumentError(
@@ -410,7 +414,8 @@ void CollectiveReactor::WakeWriter() {
       out.frame = *std::move(resumed_reply_);
       resumed_reply_.reset();
     } else {
-      out = round_->NextOutgoing(rank_, &callbacks);
+      RoundDataPlane& plane = *round_;
+      out = plane.NextOutgoing(rank_, &callbacks);
     }
     switch (out.kind) {
       case Outgoing::Kind::kNothing:
@@ -456,7 +461,8 @@ void CollectiveReactor::OnWriteDone(bool ok) {
     if (reply_in_flight_) {
       reply_in_flight_ = false;
     } else if (!lost_ && round_ != nullptr) {
-      round_->WriteDone(rank_, ok, &callbacks);
+      RoundDataPlane& plane = *round_;
+      plane.WriteDone(rank_, ok, &callbacks);
     }
     write_in_flight_ = false;
   }

@@ -2,7 +2,10 @@
 // one round, on raw byte buffers. Its read path validates the header, attaches
 // to the round, checks every chunk's place (ChunkSequence), hashes the bytes
 // and hands each frame to the round's log unchanged; its write path pulls the
-// other ranks' frames and the commit from the round (Round::NextOutgoing).
+// other ranks' frames and the commit from the round (NextOutgoing). Once
+// attached, it moves bytes only through the round's RoundDataPlane
+// (server/control/round_data_plane.h): chunks, the end, what to write next,
+// a lost stream.
 //
 // Threading: gRPC runs reactions on its callback threads; the round calls
 // WakeWriter and ResumeReading from any thread, never under its lock. At most
@@ -114,6 +117,8 @@ class CollectiveReactor
   // later call into the round from this reactor.
   void LoseStream(absl::string_view why);
   std::shared_ptr<Round> round();
+  // plane is round() as the data plane that moves this stream's bytes.
+  std::shared_ptr<RoundDataPlane> plane();
   // StreamName names the stream before its header: "the collective stream
   // of 'IDENTITY' from PEER".
   std::string StreamName() const;

@@ -44,11 +44,15 @@ class CollectingSink : public ChunkSink {
 enum class Script { kCommit, kBreak, kFail };
 
 // A stream of the fake plane. Every handler call runs on the stream's own
-// thread, in order, as a transport's callback thread would.
+// thread, in order, as a transport's callback thread would. What it carries
+// goes to `sink`, which its plane owns: the call destroys the stream.
 class FakeStream : public FrameStream {
  public:
-  FakeStream(Script script, FrameHandler* handler)
-      : script_(script), handler_(handler), thread_([this] { Loop(); }) {}
+  FakeStream(Script script, FrameHandler* handler, CollectingSink* sink)
+      : script_(script),
+        handler_(handler),
+        sink_(sink),
+        thread_([this] { Loop(); }) {}
   ~FakeStream() override {
     Post(nullptr);
     thread_.join();
@@ -69,9 +73,8 @@ class FakeStream : public FrameStream {
   void Write(grpc::ByteBuffer frame) override {
     v1::CollectiveFrame message;
     absl::StatusOr<v1::CollectiveFrame::KindCase> kind =
-        DecodeFrame(frame, &message, &sink);
+        DecodeFrame(frame, &message, sink_);
     ASSERT_TRUE(kind.ok()) << kind.status();
-    if (*kind == v1::CollectiveFrame::kEnd) end = message.end();
     Post([this] { handler_->OnWritten(true); });
   }
   void WritesDone() override {
@@ -79,7 +82,7 @@ class FakeStream : public FrameStream {
     v1::RankDigest* entry = commit.mutable_commit()->add_contributions();
     entry->set_rank(0);
     entry->set_identity("site-1");
-    const Sha256Digest digest = sink.hasher.Finish();
+    const Sha256Digest digest = sink_->hasher.Finish();
     entry->set_sha256(digest.data(), digest.size());
     auto buffer = std::make_shared<grpc::ByteBuffer>(EncodeFrame(commit));
     Post([this, buffer] { handler_->OnFrame(*buffer); });
@@ -88,9 +91,6 @@ class FakeStream : public FrameStream {
   void Cancel() override {
     End(grpc::Status(grpc::CANCELLED, "cancelled"), false);
   }
-
-  CollectingSink sink;  // touched by the call's writes, one at a time
-  v1::ContributionEnd end;
 
  private:
   void End(grpc::Status status, bool final) {
@@ -129,6 +129,7 @@ class FakeStream : public FrameStream {
 
   const Script script_;
   FrameHandler* const handler_;
+  CollectingSink* const sink_;
   absl::Mutex mu_;
   std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
@@ -152,13 +153,14 @@ class FakePlane : public DataPlane {
     headers.push_back(frame.header());
     const Script script =
         scripts_[std::min(headers.size(), scripts_.size()) - 1];
-    auto stream = std::make_unique<FakeStream>(script, handler);
-    last = stream.get();
-    return stream;
+    sinks.push_back(std::make_unique<CollectingSink>());
+    return std::make_unique<FakeStream>(script, handler, sinks.back().get());
   }
 
   std::vector<v1::CollectiveHeader> headers;  // by attempt
-  FakeStream* last = nullptr;
+  // What each attempt's stream carried, by attempt (touched by the call's
+  // writes, one at a time).
+  std::vector<std::unique_ptr<CollectingSink>> sinks;
 
  private:
   std::vector<Script> scripts_;
@@ -224,8 +226,8 @@ TEST(CollectiveCallDataPlaneTest, SendsThroughThePlaneAndAcceptsItsCommit) {
   EXPECT_EQ(plane.headers[0].group(), "demo");
   EXPECT_EQ(plane.headers[0].seq(), 4u);
   EXPECT_FALSE(plane.headers[0].resume());
-  EXPECT_EQ(plane.last->sink.chunks, 4);
-  EXPECT_EQ(plane.last->sink.bytes, std::string(kBytes.begin(), kBytes.end()));
+  EXPECT_EQ(plane.sinks[0]->chunks, 4);
+  EXPECT_EQ(plane.sinks[0]->bytes, std::string(kBytes.begin(), kBytes.end()));
   EXPECT_EQ(got.out, kBytes);  // this rank's own part, placed by Prepare
   EXPECT_EQ(got.contributors, std::vector<int>{0});
   EXPECT_EQ(got.stats.streams, 1);

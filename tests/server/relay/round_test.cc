@@ -653,14 +653,12 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
   EXPECT_TRUE(resumed.committed);
   EXPECT_EQ(resumed.data_by_rank[0], payloads_[0]);
   EXPECT_EQ(received_[0].data_by_rank[1], payloads_[1]);
-  const ServerEvent* event = nullptr;
-  for (const ServerEvent& e : events_.events()) {
-    if (e.kind == EventKind::kStreamResumed) event = &e;
-  }
-  ASSERT_NE(event, nullptr);
+  const std::vector<ServerEvent> resumes =
+      events_.OfKind(EventKind::kStreamResumed);
+  ASSERT_FALSE(resumes.empty());
   // The frame bytes sent again: rank 0's first chunk frame.
   const ChunkMeta first{0, 0, 0, static_cast<uint64_t>(kChunkBytes)};
-  EXPECT_THAT(event->details,
+  EXPECT_THAT(resumes.back().details,
               ::testing::Contains(std::make_pair(
                   std::string("download_bytes_resent"),
                   absl::StrCat(

@@ -249,8 +249,8 @@ class Group {
   Session session_;  // the membership: join, heartbeats, resume, leave
   RelayDataPlane data_plane_;  // carries the collectives' bytes
   Clock* const clock_;
-  uint64_t next_seq_ = 0;      // used only on the queue's thread
-  CollectiveQueue queue_;      // runs every collective, in order
+  uint64_t next_seq_ = 0;  // used only on the queue's thread
+  CollectiveQueue queue_;  // runs every collective, in order
 };
 
 template <typename T>

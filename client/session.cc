@@ -22,8 +22,7 @@ bool IsTlsTrustFailure(const absl::Status& status) {
 }  // namespace
 
 Session::Session(std::shared_ptr<grpc::Channel> channel, std::string server,
-                 std::string group, absl::Duration resume_grace,
-                 Clock* clock)
+                 std::string group, absl::Duration resume_grace, Clock* clock)
     : stub_(v1::Rendezvous::NewStub(channel)),
       name_(std::move(group)),
       liveness_(std::move(server), name_),
@@ -129,9 +128,9 @@ absl::Status Session::Join(const v1::JoinRequest& request,
   absl::StatusOr<v1::Joined> joined;
   for (int attempt = 1;; ++attempt) {
     bool server_final = false;
-    joined = OpenSession(request,
-                         std::max(give_up - clock_->Now(), absl::Milliseconds(1)),
-                         &server_final);
+    joined = OpenSession(
+        request, std::max(give_up - clock_->Now(), absl::Milliseconds(1)),
+        &server_final);
     // Only a broken stream is tried again: the server did not answer it,
     // and the TLS handshake did not refuse the server's certificate.
     if (joined.ok() || server_final || !absl::IsUnavailable(joined.status()) ||

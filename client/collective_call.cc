@@ -13,7 +13,10 @@ namespace fedgather {
 CollectiveCall::CollectiveCall(CollectiveSetup setup,
                                absl::Span<const ConstHostTensor> inputs,
                                ReceiveTarget* target)
-    : setup_(std::move(setup)), inputs_(inputs), target_(target) {}
+    : setup_(std::move(setup)),
+      inputs_(inputs),
+      target_(target),
+      own_hasher_(setup_.digest) {}
 
 absl::Status CollectiveCall::Prepare() {
   v1::CollectiveFrame header_frame;
@@ -23,6 +26,7 @@ absl::Status CollectiveCall::Prepare() {
   header->set_seq(setup_.seq);
   header->set_op(setup_.op);
   header->set_rank(setup_.rank);
+  header->set_digest_algorithm(DigestAlgorithmToProto(setup_.digest));
   if (setup_.op == v1::BROADCAST) {
     if (setup_.root < 0 || setup_.root >= setup_.world_size) {
       return absl::InvalidArgumentError(
@@ -62,10 +66,11 @@ absl::Status CollectiveCall::Prepare() {
           absl::StrCat("input '", input.spec.name, "' has no data"));
     }
   }
-  parts_.resize(setup_.world_size);
+  parts_.reserve(setup_.world_size + 1);
+  for (int r = 0; r < setup_.world_size; ++r) parts_.emplace_back(setup_.digest);
   if (setup_.op == v1::ALL_REDUCE) {
     // Nothing of this rank's goes to the target; the result does.
-    Part& result = parts_.emplace_back();
+    Part& result = parts_.emplace_back(setup_.digest);
     result.fingerprint = fingerprint_;
     for (size_t i = 0; i < inputs_.size(); ++i) {
       FG_ASSIGN_OR_RETURN(uint8_t * dest,
@@ -103,7 +108,7 @@ void CollectiveCall::StartAttempt(bool resume) {
       own_digest_ = ContributionDigest();
       own_digest_known_ = true;
     }
-    header->set_contribution_sha256(own_digest_.data(), own_digest_.size());
+    header->set_contribution_digest(DigestBytes(own_digest_));
   }
   ++stats_.streams;
   attempt_ = std::make_unique<Attempt>(this, resume);
@@ -115,8 +120,8 @@ void CollectiveCall::Attempt::Start(DataPlane* plane, grpc::ByteBuffer header) {
   stream_->Start();
 }
 
-Sha256Digest CollectiveCall::ContributionDigest() const {
-  Sha256 hasher;
+Digest CollectiveCall::ContributionDigest() const {
+  ContentHasher hasher(setup_.digest);
   if (Sends(setup_.rank)) {
     for (size_t i = 0; i < inputs_.size(); ++i) {
       hasher.Update(inputs_[i].data, static_cast<size_t>(input_bytes_[i]));
@@ -171,7 +176,7 @@ void CollectiveCall::WriteNext(Attempt* attempt) {
     }
     v1::CollectiveFrame frame;
     frame.mutable_end()->set_rank(setup_.rank);
-    frame.mutable_end()->set_sha256(own_digest_.data(), own_digest_.size());
+    frame.mutable_end()->set_digest(DigestBytes(own_digest_));
     attempt->Write(EncodeFrame(frame));
     return;
   }
@@ -366,22 +371,32 @@ absl::Status CollectiveCall::HandleResumed(const v1::Resumed& resumed) {
 absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
   // The commit lists the contributors in rank order: every rank, or, when a
   // quorum round closed without some, the ranks that made it.
+  absl::StatusOr<DigestAlgorithm> algorithm =
+      DigestAlgorithmFromProto(commit.digest_algorithm(), "the commit");
+  if (!algorithm.ok() || *algorithm != setup_.digest) {
+    return absl::DataLossError(absl::StrCat(
+        "the commit names its digests in ",
+        algorithm.ok() ? DigestAlgorithmName(*algorithm)
+                       : algorithm.status().message(),
+        " but the epoch names contributions by ",
+        DigestAlgorithmName(setup_.digest)));
+  }
   std::vector<bool> listed(setup_.world_size, false);
   int previous = -1;
   for (const v1::RankDigest& entry : commit.contributions()) {
     const int r = static_cast<int>(entry.rank());
-    Sha256Digest committed;
+    Digest committed;
     if (r <= previous || r >= setup_.world_size ||
-        !DigestFromBytes(entry.sha256(), &committed)) {
+        !DigestFromBytes(entry.digest(), &committed)) {
       return absl::DataLossError(absl::StrCat("the commit's entry for rank ",
                                               entry.rank(), " is malformed"));
     }
     previous = r;
     listed[r] = true;
     contributors_.push_back(r);
-    Sha256Digest received = own_digest_;
+    Digest received = own_digest_;
     if (!Sends(r)) {
-      received = Sha256().Finish();  // it sent nothing
+      received = HashContent(setup_.digest, nullptr, 0);  // it sent nothing
     } else if (setup_.op == v1::ALL_REDUCE && r != setup_.rank) {
       continue;  // its bytes went into the result, checked below
     } else if (r != setup_.rank) {
@@ -424,8 +439,8 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
   }
   if (setup_.op == v1::ALL_REDUCE) {
     Part& result = parts_[setup_.world_size];
-    Sha256Digest committed;
-    if (!DigestFromBytes(commit.result_sha256(), &committed)) {
+    Digest committed;
+    if (!DigestFromBytes(commit.result_digest(), &committed)) {
       return absl::DataLossError("the commit carries no result digest");
     }
     if (absl::Status complete = result.sequence->CheckComplete();
@@ -433,7 +448,7 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
       return absl::DataLossError(
           absl::StrCat("the result is incomplete: ", complete.message()));
     }
-    const Sha256Digest received = result.hasher.Finish();
+    const Digest received = result.hasher.Finish();
     if (received != committed) {
       return absl::DataLossError(
           absl::StrCat("the received result hashes to ", DigestToHex(received),

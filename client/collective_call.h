@@ -38,7 +38,7 @@
 #include "common/clock.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "common/tensor_spec.h"
 #include "fedgather/v1/fedgather.pb.h"
 
@@ -73,6 +73,8 @@ struct CollectiveSetup {
   int rank = 0;
   int world_size = 1;
   int64_t max_chunk_bytes = 1 << 20;
+  // The hash the epoch names contributions by (Joined.digest_algorithm).
+  DigestAlgorithm digest = DigestAlgorithm::kBlake3;
   // The size this rank's upload chunks are cut to (0: max_chunk_bytes).
   int64_t upload_chunk_bytes = 0;
   int root = 0;  // BROADCAST: the rank that sends; the others only receive
@@ -170,14 +172,15 @@ class CollectiveCall {
    private:
     CollectiveCall* call_;
     uint8_t* dest_ = nullptr;
-    Sha256* hasher_ = nullptr;
+    ContentHasher* hasher_ = nullptr;
   };
   struct Part {  // one remote rank's contribution as it arrives
+    explicit Part(DigestAlgorithm digest) : hasher(digest) {}
     bool have_header = false;
     Fingerprint fingerprint;
     std::optional<ChunkSequence> sequence;
     std::vector<uint8_t*> dest;  // by tensor
-    Sha256 hasher;
+    ContentHasher hasher;
   };
 
   // Sends is whether `rank` uploads bytes (all but BROADCAST's non-roots).
@@ -192,8 +195,8 @@ class CollectiveCall {
   absl::Status HandleHeader(const v1::CollectiveHeader& header);
   absl::Status HandleResumed(const v1::Resumed& resumed);
   absl::Status HandleCommit(const v1::Commit& commit);
-  // ContributionDigest is the SHA-256 of this rank's whole contribution.
-  Sha256Digest ContributionDigest() const;
+  // ContributionDigest is the digest of this rank's whole contribution.
+  Digest ContributionDigest() const;
   void Abort(Attempt* attempt, const absl::Status& status);
   // AwaitAttempt waits for the running stream to end; past `deadline`, or
   // once the server is found silent, it aborts it first.
@@ -213,9 +216,9 @@ class CollectiveCall {
   size_t write_tensor_ = 0;
   int64_t write_offset_ = 0;
   bool end_sent_ = false;
-  Sha256 own_hasher_;
+  ContentHasher own_hasher_;  // hashes each chunk as it is sent
   bool own_digest_known_ = false;  // a resume computed it up front
-  Sha256Digest own_digest_{};
+  Digest own_digest_{};
 
   // Read path (one read in flight).
   // By rank; this rank's entry is unused. ALL_REDUCE has one more, at index

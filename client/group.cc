@@ -104,6 +104,7 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.rank = session_.rank();
   setup.world_size = session_.world_size();
   setup.max_chunk_bytes = session_.max_chunk_bytes();
+  setup.digest = session_.digest_algorithm();
   setup.upload_chunk_bytes = options.upload_chunk_bytes;
   setup.resume_grace = options.resume_grace;
   setup.break_after_bytes_sent = options.break_after_bytes_sent;

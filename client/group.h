@@ -95,6 +95,11 @@ class Group {
   int rank() const { return session_.rank(); }
   int world_size() const { return session_.world_size(); }
   uint64_t epoch() const { return session_.epoch(); }
+  // The hash this epoch names contributions by (the group policy's
+  // `digest`, announced in Joined).
+  DigestAlgorithm digest_algorithm() const {
+    return session_.digest_algorithm();
+  }
   // identities()[r] is the certificate identity of rank r.
   const std::vector<std::string>& identities() const {
     return session_.identities();

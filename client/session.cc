@@ -150,6 +150,10 @@ absl::Status Session::Join(const v1::JoinRequest& request,
     backoff = std::min(backoff * 2, absl::Seconds(1));
   }
   if (!joined.ok()) return joined.status();
+  absl::StatusOr<DigestAlgorithm> digest = DigestAlgorithmFromProto(
+      joined->digest_algorithm(), "the server's Joined");
+  if (!digest.ok()) return digest.status();
+  digest_algorithm_ = *digest;
   rank_ = static_cast<int>(joined->rank());
   world_size_ = static_cast<int>(joined->world_size());
   epoch_ = joined->epoch();

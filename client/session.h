@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "client/server_liveness.h"
 #include "common/clock.h"
+#include "common/content_hasher.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 
 namespace fedgather {
@@ -58,6 +59,8 @@ class Session {
   int world_size() const { return world_size_; }
   uint64_t epoch() const { return epoch_; }
   int64_t max_chunk_bytes() const { return max_chunk_bytes_; }
+  // The hash the epoch names contributions by (Joined.digest_algorithm).
+  DigestAlgorithm digest_algorithm() const { return digest_algorithm_; }
   const std::vector<std::string>& identities() const { return identities_; }
 
   // liveness is what this member has heard from the server lately (the
@@ -102,6 +105,7 @@ class Session {
   int world_size_ = 0;
   uint64_t epoch_ = 0;
   int64_t max_chunk_bytes_ = 0;
+  DigestAlgorithm digest_algorithm_ = DigestAlgorithm::kBlake3;
   absl::Duration heartbeat_interval_;
   absl::Duration heartbeat_timeout_;
   // What this member has heard from the server lately; watched while a

@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "common/openssl_util.h"
+#include "common/content_hasher.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -27,9 +28,52 @@ namespace {
 // The keys of every record, in order; `sig` sits between details and prev
 // on anchors only.
 constexpr const char* kRecordKeys[] = {
+    "seq",    "time",    "identity",         "peer",   "action",
+    "group",  "epoch",   "collective_seq",   "rank",   "op",
+    "bytes",  "digest_algorithm", "digest",  "digests", "outcome",
+    "reason", "details", "prev"};
+// The keys of a record written before digests named their algorithm
+// (every digest in it is a SHA-256): "sha256" where "digest_algorithm" and
+// "digest" are now.
+constexpr const char* kSha256RecordKeys[] = {
     "seq",     "time",           "identity", "peer",    "action", "group",
     "epoch",   "collective_seq", "rank",     "op",      "bytes",  "sha256",
     "digests", "outcome",        "reason",   "details", "prev"};
+
+// CheckRecordKeys: `json` has every key of one of the two schemas, and a
+// digest_algorithm this build knows (null, "sha256" or "blake3").
+absl::Status CheckRecordKeys(const nlohmann::json& json) {
+  const bool legacy = json.contains("sha256");
+  if (legacy && (json.contains("digest") || json.contains("digest_algorithm"))) {
+    return absl::DataLossError(
+        "it has both the old \"sha256\" key and the \"digest\" keys");
+  }
+  auto check = [&](const auto& keys) {
+    for (const char* key : keys) {
+      if (!json.contains(key)) {
+        return absl::DataLossError(
+            absl::StrCat("it has no \"", key, "\" key"));
+      }
+    }
+    return absl::OkStatus();
+  };
+  FG_RETURN_IF_ERROR(legacy ? check(kSha256RecordKeys) : check(kRecordKeys));
+  if (legacy) return absl::OkStatus();
+  const nlohmann::json& algorithm = json["digest_algorithm"];
+  if (!algorithm.is_null() &&
+      !(algorithm.is_string() &&
+        ParseDigestAlgorithm(algorithm.get_ref<const std::string&>())
+            .has_value())) {
+    return absl::DataLossError(
+        "its digest_algorithm is not null, \"sha256\" or \"blake3\"");
+  }
+  if (algorithm.is_null() &&
+      !(json["digest"].is_null() && json["digests"].is_null())) {
+    return absl::DataLossError(
+        "it has digests but no digest_algorithm naming their hash");
+  }
+  return absl::OkStatus();
+}
 
 struct MdCtxDeleter {
   void operator()(EVP_MD_CTX* p) const { EVP_MD_CTX_free(p); }
@@ -74,11 +118,7 @@ absl::StatusOr<ParsedRecord> ParseRecord(absl::string_view line) {
   if (!json.is_object()) {
     return absl::DataLossError("it is not a JSON object");
   }
-  for (const char* key : kRecordKeys) {
-    if (!json.contains(key)) {
-      return absl::DataLossError(absl::StrCat("it has no \"", key, "\" key"));
-    }
-  }
+  FG_RETURN_IF_ERROR(CheckRecordKeys(json));
   ParsedRecord record;
   const nlohmann::json& seq = json["seq"];
   if (!seq.is_number_unsigned()) {

@@ -5,9 +5,18 @@
 // line, terminated by '\n'. Every record has these keys, in this order:
 //
 //   seq, time, identity, peer, action, group, epoch, collective_seq, rank,
-//   op, bytes, sha256, digests, outcome, reason, details, [sig], prev
+//   op, bytes, digest_algorithm, digest, digests, outcome, reason, details,
+//   [sig], prev
 //
-// Fields that do not apply are JSON null, so the schema is uniform. `seq`
+// Fields that do not apply are JSON null, so the schema is uniform.
+// `digest_algorithm` ("blake3" or "sha256") names the hash of `digest` (a
+// contribution's, or an all_reduce result's) and of each `digests` entry
+// ({rank, identity, digest, bytes}, a commit's contributions); it is null
+// when the record has neither. Records written before digests named their
+// algorithm have one key `sha256` in place of `digest_algorithm, digest`,
+// and `sha256` in their `digests` entries: every digest in them is a
+// SHA-256. The verifier accepts both, in one chain. The chain itself
+// (`prev`, anchors) is always SHA-256. `seq`
 // counts from 0 and continues across rotated files. `time` is UTC RFC3339
 // with microseconds ("2026-12-02T14:45:27.123456Z"). `prev` is
 // AuditLineHash of the previous record's exact line (without its '\n'); the

@@ -3,9 +3,7 @@
 #include <openssl/evp.h>
 
 #include <cstdlib>
-#include <cstring>
-
-#include "absl/strings/escaping.h"
+#include <utility>
 
 namespace fedgather {
 
@@ -43,22 +41,11 @@ void Sha256::Update(const void* data, size_t size) {
   if (size > 0) EVP_DigestUpdate(state_->ctx, data, size);
 }
 
-Sha256Digest Sha256::Finish() {
-  Sha256Digest digest{};
+Digest Sha256::Finish() {
+  Digest digest{};
   unsigned int length = 0;
   EVP_DigestFinal_ex(state_->ctx, digest.data(), &length);
   return digest;
-}
-
-std::string DigestToHex(const Sha256Digest& digest) {
-  return absl::BytesToHexString(absl::string_view(
-      reinterpret_cast<const char*>(digest.data()), digest.size()));
-}
-
-bool DigestFromBytes(absl::string_view bytes, Sha256Digest* digest) {
-  if (bytes.size() != digest->size()) return false;
-  std::memcpy(digest->data(), bytes.data(), bytes.size());
-  return true;
 }
 
 }  // namespace fedgather

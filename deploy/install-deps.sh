@@ -18,6 +18,14 @@ PACKAGES=(
   python3-dev pybind11-dev python3-torch
   # The wire conformance suite (tests/conformance): an independent client.
   python3-grpcio python3-protobuf
+  # BLAKE3, the default contribution digest: Debian ships the official C
+  # implementation only inside the Rust crate's source package
+  # (/usr/share/cargo/registry/blake3-*/c/, built by cmake/Blake3.cmake).
+  # With --no-install-recommends it pulls 28 more librust-*-dev source
+  # packages, about 12 MB of files, nothing that runs. b3sum (the Rust
+  # implementation) checks our build of it and hashes for the conformance
+  # client.
+  librust-blake3-dev b3sum
 )
 
 missing=()

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/content_hasher.h"
 #include "common/file_io.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -224,6 +225,15 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
           const int64_t n,
           ParseCount(item.second, 1 << 10, where.In("max_rounds_in_flight")));
       group.max_rounds_in_flight = static_cast<int>(n);
+    } else if (key == "digest") {
+      FG_ASSIGN_OR_RETURN(const std::string name,
+                          Scalar(item.second, where.In("digest")));
+      const std::optional<DigestAlgorithm> digest = ParseDigestAlgorithm(name);
+      if (!digest.has_value()) {
+        return where.In("digest").Error(absl::StrCat(
+            "is '", name, "' (expected blake3 or sha256)"));
+      }
+      group.digest = *digest;
     } else if (key == "members") {
       FG_RETURN_IF_ERROR(RequireMap(
           item.second, where.In("members (identity: role, one per line)")));
@@ -240,7 +250,7 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
       return where.Error(absl::StrCat(
           "unknown key '", key,
           "' (expected name, world_size, min_quorum, round_deadline, "
-          "max_rounds_in_flight, members)"));
+          "max_rounds_in_flight, digest, members)"));
     }
   }
   if (!has_world_size) return where.Error("world_size is missing");
@@ -351,6 +361,7 @@ std::vector<GroupConfig> AccessPolicy::GroupConfigs() const {
     config.min_quorum = group.min_quorum;
     config.round_deadline = group.round_deadline;
     config.max_rounds_in_flight = group.max_rounds_in_flight;
+    config.digest = group.digest;
     for (const auto& [identity, role] : group.members) {
       if (role == Role::kParticipant) config.members.push_back(identity);
     }

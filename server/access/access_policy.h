@@ -20,6 +20,7 @@
 //       min_quorum: 2                          # optional, 1..world_size
 //       round_deadline: 30s                    # optional; see GroupConfig
 //       max_rounds_in_flight: 4                # optional; see GroupConfig
+//       digest: blake3                         # optional: blake3 | sha256
 //       members:
 //         spiffe://fedgather/site-1: participant
 //         spiffe://fedgather/site-2: participant
@@ -89,6 +90,7 @@ struct GroupPolicy {
   int min_quorum = 0;  // 0: every member must contribute
   absl::Duration round_deadline = absl::ZeroDuration();  // 0: the server's
   int max_rounds_in_flight = kDefaultGroupRoundsInFlight;
+  DigestAlgorithm digest = DigestAlgorithm::kBlake3;
   std::map<std::string, Role> members;  // identity -> role
 };
 

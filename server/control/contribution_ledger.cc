@@ -40,7 +40,7 @@ std::vector<bool> ContributionLedger::Close() {
   return contributes;
 }
 
-bool ContributionLedger::End(int rank, const Sha256Digest& digest,
+bool ContributionLedger::End(int rank, const Digest& digest,
                              int64_t bytes) {
   RankEntry& entry = ranks_[rank];
   if (entry.digest.has_value()) return false;
@@ -59,7 +59,7 @@ void ContributionLedger::AddContributions(
     v1::RankDigest* digest = commit->add_contributions();
     digest->set_rank(static_cast<uint32_t>(r));
     digest->set_identity(identities[r]);
-    digest->set_sha256(ranks_[r].digest->data(), ranks_[r].digest->size());
+    digest->set_digest(DigestBytes(*ranks_[r].digest));
     digest->set_bytes(static_cast<uint64_t>(ranks_[r].bytes));
   }
 }

@@ -5,7 +5,7 @@
 // A rank starts when the round accepts its header (Start). A quorum round
 // (0 < min_quorum < world) may close at its quorum deadline to the ranks
 // that started (CheckClose, then Close): the others are shut out for good.
-// Each contributor ends its upload with its contribution's SHA-256 and size
+// Each contributor ends its upload with its contribution's digest and size
 // (End); once every contributor has ended, the round can commit, and the
 // commit lists each contributor's digest (AddContributions).
 //
@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "common/sha256.h"
+#include "common/digest.h"
 #include "fedgather/v1/fedgather.pb.h"
 
 namespace fedgather::server {
@@ -59,10 +59,10 @@ class ContributionLedger {
   // Returns true when this End was the last the round waited for (every
   // contributor has now ended); a second End of a rank changes nothing and
   // returns false.
-  bool End(int rank, const Sha256Digest& digest, int64_t bytes);
+  bool End(int rank, const Digest& digest, int64_t bytes);
   bool ended(int rank) const { return ranks_[rank].digest.has_value(); }
   // The digest `rank` ended with (nullopt before End).
-  const std::optional<Sha256Digest>& digest(int rank) const {
+  const std::optional<Digest>& digest(int rank) const {
     return ranks_[rank].digest;
   }
   // The bytes `rank` ended with (0 before End).
@@ -79,7 +79,7 @@ class ContributionLedger {
   enum Standing { kNotStarted, kStarted, kShutOut };
   struct RankEntry {
     Standing standing = kNotStarted;
-    std::optional<Sha256Digest> digest;
+    std::optional<Digest> digest;
     int64_t bytes = 0;
   };
 

@@ -91,9 +91,9 @@ absl::Status RoundAgreement::EquivocationError(int rank,
       "contributions (equivocation)"));
 }
 
-absl::StatusOr<Sha256Digest> RoundAgreement::CheckResume(
+absl::StatusOr<Digest> RoundAgreement::CheckResume(
     int rank, const v1::CollectiveHeader& header,
-    const Fingerprint& fingerprint, const std::optional<Sha256Digest>& ended,
+    const Fingerprint& fingerprint, const std::optional<Digest>& ended,
     bool* equivocation) {
   RankAgreement& mine = ranks_[rank];
   // The same key must carry the same contribution.
@@ -104,12 +104,12 @@ absl::StatusOr<Sha256Digest> RoundAgreement::CheckResume(
     *equivocation = true;
     return EquivocationError(rank, "a different header");
   }
-  Sha256Digest declared;
-  if (!DigestFromBytes(header.contribution_sha256(), &declared)) {
+  Digest declared;
+  if (!DigestFromBytes(header.contribution_digest(), &declared)) {
     return absl::InvalidArgumentError(absl::StrCat(
         round_, ": ", RankName(rank),
-        " resumed without contribution_sha256; a resumed header must carry "
-        "the contribution's 32-byte SHA-256"));
+        " resumed without contribution_digest; a resumed header must carry "
+        "the contribution's 32-byte digest"));
   }
   if ((ended.has_value() && declared != *ended) ||
       DeclaredOther(rank, declared)) {
@@ -120,8 +120,8 @@ absl::StatusOr<Sha256Digest> RoundAgreement::CheckResume(
   return declared;
 }
 
-bool RoundAgreement::DeclaredOther(int rank, const Sha256Digest& digest) const {
-  const std::optional<Sha256Digest>& declared = ranks_[rank].declared_digest;
+bool RoundAgreement::DeclaredOther(int rank, const Digest& digest) const {
+  const std::optional<Digest>& declared = ranks_[rank].declared_digest;
   return declared.has_value() && *declared != digest;
 }
 

@@ -3,7 +3,7 @@
 // peer-to-peer data plane later, which has no fan-out log). The first header
 // the round accepts fixes the op, a BROADCAST's root, an ALL_REDUCE's
 // reduction and the tensors' fingerprint; every later header must agree.
-// Each rank's own first header, and the contribution SHA-256 its resumes
+// Each rank's own first header, and the contribution digest its resumes
 // declare, are kept to check a resumed stream against: one round key
 // cannot carry two contributions (equivocation).
 //
@@ -23,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/fingerprint.h"
-#include "common/sha256.h"
+#include "common/digest.h"
 #include "fedgather/v1/fedgather.pb.h"
 
 namespace fedgather::server {
@@ -53,18 +53,18 @@ class RoundAgreement {
   uint32_t root() const { return root_; }
 
   // CheckResume checks a resumed header of `rank` (which had one accepted)
-  // and returns the contribution SHA-256 it declares, which it keeps.
+  // and returns the contribution digest it declares, which it keeps.
   // INVALID_ARGUMENT when the header or fingerprint is not the rank's
   // first, or the digest not the one it declared before or ended its
   // upload with (`ended`): these set *equivocation. INVALID_ARGUMENT
-  // without it when the header declares no SHA-256.
-  absl::StatusOr<Sha256Digest> CheckResume(
+  // without it when the header declares no digest.
+  absl::StatusOr<Digest> CheckResume(
       int rank, const v1::CollectiveHeader& header,
-      const Fingerprint& fingerprint, const std::optional<Sha256Digest>& ended,
+      const Fingerprint& fingerprint, const std::optional<Digest>& ended,
       bool* equivocation);
-  // DeclaredOther is true when a resume of `rank` declared a SHA-256
+  // DeclaredOther is true when a resume of `rank` declared a digest
   // other than `digest` (the upload that ended is then an equivocation).
-  bool DeclaredOther(int rank, const Sha256Digest& digest) const;
+  bool DeclaredOther(int rank, const Digest& digest) const;
   // EquivocationError is the status of `rank`'s equivocation: it sent
   // `what` ("a different header", "different bytes").
   absl::Status EquivocationError(int rank, absl::string_view what) const;
@@ -74,7 +74,7 @@ class RoundAgreement {
     bool accepted = false;
     v1::CollectiveHeader header;                  // its first header
     Fingerprint fingerprint;                      // and its tensors
-    std::optional<Sha256Digest> declared_digest;  // as a resume declared
+    std::optional<Digest> declared_digest;  // as a resume declared
   };
 
   std::string RankName(int rank) const;

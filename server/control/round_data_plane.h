@@ -33,12 +33,13 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "server/events/pending_callbacks.h"
 
 namespace fedgather::server {
@@ -88,7 +89,7 @@ class RoundDataPlane {
                                 PendingCallbacks* callbacks) = 0;
   // EndContribution records that `rank`'s upload is complete, its bytes
   // hashing to `digest` (checked by the caller against the rank's claim).
-  virtual void EndContribution(int rank, const Sha256Digest& digest,
+  virtual void EndContribution(int rank, const Digest& digest,
                                PendingCallbacks* callbacks) = 0;
 
   // NextOutgoing tells `rank`'s stream what to do next.
@@ -99,9 +100,11 @@ class RoundDataPlane {
 
   // StreamLost reports that `rank`'s stream closed or was cancelled at
   // `now` (`why` names how), with `hasher` holding the hash of its upload so
-  // far, for a stream that resumes it. The stream calls nothing afterwards.
+  // far (none before its header), for a stream that resumes it. The stream
+  // calls nothing afterwards.
   virtual void StreamLost(int rank, absl::string_view why, absl::Time now,
-                          PendingCallbacks* callbacks, Sha256 hasher) = 0;
+                          PendingCallbacks* callbacks,
+                          std::optional<ContentHasher> hasher) = 0;
 };
 
 }  // namespace fedgather::server

@@ -11,7 +11,8 @@ namespace fedgather::server {
 struct ContributionDigest {
   int rank = -1;
   std::string identity;
-  std::string sha256_hex;  // SHA-256 of the contribution's bytes
+  std::string digest_hex;  // of the contribution's bytes, in the round's
+                           // algorithm (ServerEvent::digest_algorithm)
   int64_t bytes = 0;
 };
 

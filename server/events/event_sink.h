@@ -63,7 +63,9 @@ struct ServerEvent {
   std::string peer;             // the caller's address, where known
   v1::Op op = v1::OP_UNSPECIFIED;
   int64_t bytes = 0;       // payload bytes, where meaningful
-  std::string sha256_hex;  // a contribution's digest
+  // The algorithm ("blake3", "sha256") of digest_hex and contributions.
+  std::string digest_algorithm;
+  std::string digest_hex;  // a contribution's or an ALL_REDUCE result's
   std::vector<ContributionDigest> contributions;  // a commit's, by rank
   std::vector<std::pair<std::string, std::string>> details;
   absl::Status status;  // why, for refusals and failures

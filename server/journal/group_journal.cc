@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -23,6 +24,7 @@ enum class GroupRecord : uint8_t {
   kStarted = 2,
   kFinished = 3,
   kEnded = 4,
+  kFormedWithDigest = 5,
 };
 
 constexpr char kRoundPrefix[] = "round-";
@@ -88,14 +90,31 @@ absl::StatusOr<GroupJournal::Saved> GroupJournal::Load() {
   absl::StatusOr<int64_t> valid =
       ReadJournal(path, [&](JournalRecord record) -> absl::Status {
         switch (static_cast<GroupRecord>(record.kind)) {
-          case GroupRecord::kFormed: {
+          case GroupRecord::kFormed:
+          case GroupRecord::kFormedWithDigest: {
             std::vector<std::string> lines =
                 absl::StrSplit(record.payload, '\n');
             saved = Saved();
-            if (lines.size() < 2 || !absl::SimpleAtoi(lines[0], &saved.epoch)) {
+            const size_t first_member =
+                record.kind ==
+                        static_cast<uint8_t>(GroupRecord::kFormedWithDigest)
+                    ? 2
+                    : 1;
+            if (lines.size() < first_member + 1 ||
+                !absl::SimpleAtoi(lines[0], &saved.epoch)) {
               return bad("a formed record without an epoch and members");
             }
-            for (size_t i = 1; i < lines.size(); ++i) {
+            if (first_member == 2) {
+              std::optional<DigestAlgorithm> digest =
+                  ParseDigestAlgorithm(lines[1]);
+              if (!digest.has_value()) {
+                return bad(absl::StrCat("a formed record names digest '",
+                                        absl::CEscape(lines[1]),
+                                        "' (expected blake3 or sha256)"));
+              }
+              saved.digest = *digest;
+            }
+            for (size_t i = first_member; i < lines.size(); ++i) {
               std::string identity;
               if (!absl::CUnescape(lines[i], &identity)) {
                 return bad("a formed record with a malformed identity");
@@ -172,14 +191,15 @@ absl::Status GroupJournal::StartFile(uint8_t kind, const std::string& payload) {
   return SyncDirectory(directory_);
 }
 
-absl::Status GroupJournal::Formed(uint64_t epoch,
+absl::Status GroupJournal::Formed(uint64_t epoch, DigestAlgorithm digest,
                                   const std::vector<std::string>& identities) {
   DiscardRounds();
-  std::string payload = absl::StrCat(epoch);
+  std::string payload = absl::StrCat(epoch, "\n", DigestAlgorithmName(digest));
   for (const std::string& identity : identities) {
     absl::StrAppend(&payload, "\n", absl::CEscape(identity));
   }
-  return StartFile(static_cast<uint8_t>(GroupRecord::kFormed), payload);
+  return StartFile(static_cast<uint8_t>(GroupRecord::kFormedWithDigest),
+                   payload);
 }
 
 absl::Status GroupJournal::Started(int rank, uint64_t seq) {

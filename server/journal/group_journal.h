@@ -1,9 +1,14 @@
 // GroupJournal: one group's durable state under the server's --state-dir,
 // in the directory <state-dir>/groups/<group, %-escaped>/:
 //   epoch.journal         the group's epochs (a JournalFile):
-//                           kFormed    payload: the epoch, then each
-//                                      member's identity by rank (one
-//                                      C-escaped line each)
+//                           kFormedWithDigest  payload: the epoch, the
+//                                      epoch's digest algorithm ("blake3",
+//                                      "sha256"), then each member's
+//                                      identity by rank (one C-escaped line
+//                                      each)
+//                           kFormed    as kFormedWithDigest without the
+//                                      algorithm line: a SHA-256 epoch
+//                                      (read, never written)
 //                           kStarted   rank; payload: the seq it started
 //                           kFinished  payload: seq, status code, message
 //                           kEnded     payload: the epoch that ended
@@ -30,6 +35,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/content_hasher.h"
 #include "server/journal/journal_file.h"
 
 namespace fedgather::server {
@@ -46,6 +52,8 @@ class GroupJournal {
     uint64_t epoch = 0;                   // the last epoch formed (0: none)
     bool formed = false;                  // it had not ended
     std::vector<std::string> identities;  // by rank
+    // The epoch's digest algorithm (SHA-256 for a kFormed record).
+    DigestAlgorithm digest = DigestAlgorithm::kSha256;
     std::vector<uint64_t> next_seq;       // by rank, from kStarted
     std::map<uint64_t, absl::Status> outcomes;  // kFinished
     std::map<uint64_t, std::string> rounds;     // seq -> round journal path
@@ -54,7 +62,7 @@ class GroupJournal {
   // opens epoch.journal to append to it.
   absl::StatusOr<Saved> Load();
 
-  absl::Status Formed(uint64_t epoch,
+  absl::Status Formed(uint64_t epoch, DigestAlgorithm digest,
                       const std::vector<std::string>& identities);
   absl::Status Started(int rank, uint64_t seq);
   absl::Status Finished(uint64_t seq, const absl::Status& outcome);

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "common/content_hasher.h"
 
 namespace fedgather::server {
 
@@ -30,6 +31,9 @@ struct GroupConfig {
   // so an honest group has at most two (the last rank finishing one while
   // the first starts the next).
   int max_rounds_in_flight = kDefaultGroupRoundsInFlight;
+  // The hash each epoch's contributions are named by, fixed when the epoch
+  // forms (a policy reload changes the next epoch's).
+  DigestAlgorithm digest = DigestAlgorithm::kBlake3;
   std::vector<std::string> members;  // participants, as in certificates
 };
 

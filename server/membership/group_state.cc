@@ -27,6 +27,7 @@ absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
   epoch_ = saved->epoch;
   if (!saved->formed) return absl::OkStatus();
   formed_ = true;
+  digest_ = saved->digest;
   for (size_t r = 0; r < saved->identities.size(); ++r) {
     Member member;
     member.identity = saved->identities[r];
@@ -189,6 +190,7 @@ v1::Joined GroupState::JoinedLocked(int rank) const {
   joined.set_heartbeat_timeout_ms(
       absl::ToInt64Milliseconds(limits_.heartbeat_timeout));
   joined.set_max_chunk_bytes(static_cast<uint32_t>(limits_.max_chunk_bytes));
+  joined.set_digest_algorithm(DigestAlgorithmToProto(digest_));
   for (size_t r = 0; r < members_.size(); ++r) {
     v1::Member* member = joined.add_members();
     member->set_rank(static_cast<uint32_t>(r));
@@ -265,6 +267,7 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   }
   ++epoch_;
   formed_ = true;
+  digest_ = config_.digest;
   ended_status_ = absl::OkStatus();
   members_.clear();
   rounds_.StartEpoch();
@@ -281,7 +284,7 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   if (journal_ != nullptr) {
     std::vector<std::string> identities;
     for (const Member& m : members_) identities.push_back(m.identity);
-    if (absl::Status written = journal_->Formed(epoch_, identities);
+    if (absl::Status written = journal_->Formed(epoch_, digest_, identities);
         !written.ok()) {
       EndEpochLocked(StateErrorLocked(written), nullptr, callbacks);
       return;
@@ -299,6 +302,7 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   formed.kind = EventKind::kGroupFormed;
   formed.group = name_;
   formed.epoch = epoch_;
+  formed.digest_algorithm = DigestAlgorithmName(digest_);
   for (int r = 0; r < world; ++r) {
     formed.details.emplace_back(absl::StrCat("rank_", r), members_[r].identity);
   }
@@ -525,6 +529,7 @@ RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {
   for (const Member& m : members_) options.identities.push_back(m.identity);
   options.max_buffered_bytes = limits_.max_buffered_bytes_per_round;
   options.max_chunk_bytes = limits_.max_chunk_bytes;
+  options.digest = digest_;
   const absl::Duration wait = config_.round_deadline > absl::ZeroDuration()
                                   ? config_.round_deadline
                                   : limits_.round_timeout;

@@ -285,6 +285,9 @@ class GroupState {
   std::vector<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
   bool formed_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+  // The hash the epoch names contributions by: the config's when it
+  // formed, the journal's when restored.
+  DigestAlgorithm digest_ ABSL_GUARDED_BY(mu_) = DigestAlgorithm::kBlake3;
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // by rank
   // The rounds in flight, their outcomes, and the completed rounds kept
   // for resumes, of this epoch and of the one that ended last.

@@ -71,7 +71,10 @@ AuditRecord AuditRecordFromEvent(const ServerEvent& event) {
       event.kind == EventKind::kRoundCompleted) {
     record.bytes = event.bytes;
   }
-  if (!event.sha256_hex.empty()) record.sha256_hex = event.sha256_hex;
+  if (!event.digest_algorithm.empty()) {
+    record.digest_algorithm = event.digest_algorithm;
+  }
+  if (!event.digest_hex.empty()) record.digest_hex = event.digest_hex;
   record.digests = event.contributions;
   record.outcome = absl::StatusCodeToString(event.status.code());
   if (!event.status.ok()) record.reason = std::string(event.status.message());

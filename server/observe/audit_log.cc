@@ -478,7 +478,7 @@ absl::Status AuditLog::WriteRecord(const AuditRecord& record) {
       Json entry;
       entry["rank"] = d.rank;
       entry["identity"] = d.identity;
-      entry["sha256"] = d.sha256_hex;
+      entry["digest"] = d.digest_hex;
       entry["bytes"] = d.bytes;
       digests.push_back(std::move(entry));
     }
@@ -503,7 +503,8 @@ absl::Status AuditLog::WriteRecord(const AuditRecord& record) {
   json["rank"] = OrNull(record.rank);
   json["op"] = OrNull(record.op);
   json["bytes"] = OrNull(record.bytes);
-  json["sha256"] = OrNull(record.sha256_hex);
+  json["digest_algorithm"] = OrNull(record.digest_algorithm);
+  json["digest"] = OrNull(record.digest_hex);
   json["digests"] = std::move(digests);
   json["outcome"] = record.outcome;
   json["reason"] = OrNull(record.reason);
@@ -528,7 +529,8 @@ absl::Status AuditLog::WriteAnchor() {
   json["rank"] = nullptr;
   json["op"] = nullptr;
   json["bytes"] = nullptr;
-  json["sha256"] = nullptr;
+  json["digest_algorithm"] = nullptr;
+  json["digest"] = nullptr;
   json["digests"] = nullptr;
   json["outcome"] = "OK";
   json["reason"] = nullptr;

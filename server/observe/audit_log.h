@@ -55,7 +55,8 @@ struct AuditRecord {
   // "join", "leave", "contribution", "commit", "abort", "denied", ... (free
   // text chosen by the caller; "anchor" is reserved for the log's own).
   std::string action;
-  std::optional<std::string> identity, peer, group, op, sha256_hex, reason;
+  std::optional<std::string> identity, peer, group, op, digest_algorithm,
+      digest_hex, reason;
   std::optional<uint64_t> epoch, collective_seq;
   std::optional<int> rank;
   std::optional<int64_t> bytes;

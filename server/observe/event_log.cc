@@ -39,7 +39,10 @@ std::string JsonLine(const ServerEvent& event, LogLevel level, absl::Time now) {
   if (!event.identity.empty()) line["identity"] = event.identity;
   if (!event.peer.empty()) line["peer"] = event.peer;
   if (event.bytes > 0) line["bytes"] = event.bytes;
-  if (!event.sha256_hex.empty()) line["sha256"] = event.sha256_hex;
+  if (!event.digest_algorithm.empty()) {
+    line["digest_algorithm"] = event.digest_algorithm;
+  }
+  if (!event.digest_hex.empty()) line["digest"] = event.digest_hex;
   for (const auto& [key, value] : event.details) line["details"][key] = value;
   if (!event.status.ok()) {
     line["code"] = absl::StatusCodeToString(event.status.code());

@@ -1,5 +1,6 @@
 #include "server/relay/journal_recorder.h"
 
+#include <string>
 #include <utility>
 
 #include "absl/strings/string_view.h"
@@ -20,11 +21,13 @@ absl::Status JournalRecorder::Chunk(int rank, const grpc::ByteBuffer& frame) {
                           static_cast<uint32_t>(rank), frame);
 }
 
-absl::Status JournalRecorder::Ended(int rank, const Sha256Digest& digest) {
-  absl::Status written = journal_->Append(
-      static_cast<uint8_t>(RoundRecord::kEnd), static_cast<uint32_t>(rank),
-      absl::string_view(reinterpret_cast<const char*>(digest.data()),
-                        digest.size()));
+absl::Status JournalRecorder::Ended(int rank, DigestAlgorithm algorithm,
+                                    const Digest& digest) {
+  std::string payload(1, static_cast<char>(algorithm));
+  payload += DigestBytes(digest);
+  absl::Status written =
+      journal_->Append(static_cast<uint8_t>(RoundRecord::kEndDigest),
+                       static_cast<uint32_t>(rank), payload);
   if (!written.ok()) return written;
   return journal_->Sync();
 }

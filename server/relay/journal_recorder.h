@@ -18,13 +18,19 @@ namespace fedgather::server {
 //   kAttach        a rank's header frame, accepted
 //   kChunk         a chunk frame a rank uploaded, accepted
 //   kEnd           a rank's contribution ended; the payload is its SHA-256
+//                  (written before digests named their algorithm: read,
+//                  never written)
 //   kQuorumClosed  the quorum deadline closed the round to the ranks that
 //                  had not started
+//   kEndDigest     a rank's contribution ended; the payload is the
+//                  algorithm (one byte, the protocol's DigestAlgorithm
+//                  number) and the 32-byte digest
 enum class RoundRecord : uint8_t {
   kAttach = 1,
   kChunk = 2,
   kEnd = 3,
   kQuorumClosed = 4,
+  kEndDigest = 5,
 };
 
 class JournalRecorder : public RoundRecorder {
@@ -35,8 +41,9 @@ class JournalRecorder : public RoundRecorder {
   absl::Status Attached(int rank,
                         const grpc::ByteBuffer& header_frame) override;
   absl::Status Chunk(int rank, const grpc::ByteBuffer& frame) override;
-  // Ended appends the kEnd record and syncs the journal (fdatasync).
-  absl::Status Ended(int rank, const Sha256Digest& digest) override;
+  // Ended appends the kEndDigest record and syncs the journal (fdatasync).
+  absl::Status Ended(int rank, DigestAlgorithm algorithm,
+                     const Digest& digest) override;
   absl::Status QuorumClosed() override;
   absl::StatusOr<grpc::ByteBuffer> ReadFrame(int64_t offset,
                                              int64_t size) const override;

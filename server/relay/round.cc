@@ -19,6 +19,7 @@ Round::Round(RoundOptions options, std::unique_ptr<RoundRecorder> recorder)
       recorder_(std::move(recorder)),
       agreement_(Describe(), options_.identities),
       ledger_(world_, options_.min_quorum),
+      result_hasher_(options_.digest),
       ranks_(options_.identities.size()),
       log_(FanOutLogOptions{world_, options_.max_buffered_bytes,
                             options_.resume_grace > absl::ZeroDuration(),
@@ -204,7 +205,7 @@ absl::StatusOr<Round::ResumePoint> Round::Resume(AttachRequest request,
     return ResumePoint{};
   }
   FG_RETURN_IF_ERROR(CheckResumableLocked(rank));
-  absl::StatusOr<Sha256Digest> declared =
+  absl::StatusOr<Digest> declared =
       CheckSameContributionLocked(request, callbacks);
   if (!declared.ok()) return declared.status();
   FG_RETURN_IF_ERROR(CheckRestoredFramesLocked(rank, frames, callbacks));
@@ -252,10 +253,10 @@ absl::Status Round::CheckResumableLocked(int rank) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Sha256Digest> Round::CheckSameContributionLocked(
+absl::StatusOr<Digest> Round::CheckSameContributionLocked(
     const AttachRequest& request, PendingCallbacks* callbacks) {
   bool equivocation = false;
-  absl::StatusOr<Sha256Digest> declared =
+  absl::StatusOr<Digest> declared =
       agreement_.CheckResume(request.rank, request.header, request.fingerprint,
                              ledger_.digest(request.rank), &equivocation);
   if (!declared.ok() && equivocation) {
@@ -447,7 +448,7 @@ void Round::ResumeReadersLocked(PendingCallbacks* callbacks) {
   }
 }
 
-void Round::EndContribution(int rank, const Sha256Digest& digest,
+void Round::EndContribution(int rank, const Digest& digest,
                             PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (finished()) return;
@@ -460,14 +461,16 @@ void Round::EndContribution(int rank, const Sha256Digest& digest,
     return;
   }
   if (recorder_ != nullptr &&
-      !RecordedLocked(recorder_->Ended(rank, digest), callbacks)) {
+      !RecordedLocked(recorder_->Ended(rank, options_.digest, digest),
+                      callbacks)) {
     return;
   }
   const int64_t bytes = ranks_[rank].received_bytes;
   const bool last = ledger_.End(rank, digest, bytes);
   ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
   contributed.bytes = bytes;
-  contributed.sha256_hex = DigestToHex(digest);
+  contributed.digest_algorithm = DigestAlgorithmName(options_.digest);
+  contributed.digest_hex = DigestToHex(digest);
   DeferEvent(options_.events, std::move(contributed), callbacks);
   if (last) CompleteLocked(callbacks);
 }
@@ -478,8 +481,9 @@ void Round::CompleteLocked(PendingCallbacks* callbacks) {
     result_digest_ = result_hasher_.Finish();
   commit_frame_ = CommitFrameLocked();
   ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
+  committed.digest_algorithm = DigestAlgorithmName(options_.digest);
   if (agreement_.op() == v1::ALL_REDUCE)
-    committed.sha256_hex = DigestToHex(result_digest_);
+    committed.digest_hex = DigestToHex(result_digest_);
   std::vector<std::string> shut_out;
   for (int r = 0; r < world_; ++r) {
     if (ledger_.shut_out(r)) {
@@ -514,8 +518,9 @@ grpc::ByteBuffer Round::CommitFrameLocked() const {
   commit->set_seq(options_.seq);
   ledger_.AddContributions(options_.identities, commit);
   if (agreement_.op() == v1::ALL_REDUCE) {
-    commit->set_result_sha256(result_digest_.data(), result_digest_.size());
+    commit->set_result_digest(DigestBytes(result_digest_));
   }
+  commit->set_digest_algorithm(DigestAlgorithmToProto(options_.digest));
   return EncodeFrame(frame);
 }
 
@@ -620,7 +625,8 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
 }
 
 void Round::StreamLost(int rank, absl::string_view why, absl::Time now,
-                       PendingCallbacks* callbacks, Sha256 hasher) {
+                       PendingCallbacks* callbacks,
+                       std::optional<ContentHasher> hasher) {
   absl::MutexLock lock(&mu_);
   RankState& state = ranks_[rank];
   if (state.phase == RankPhase::kLost || state.phase == RankPhase::kDetached) {
@@ -787,7 +793,8 @@ void Round::CloseQuorum(PendingCallbacks* callbacks) {
   if (!finished() && !ledger_.closed()) CloseQuorumLocked(callbacks);
 }
 
-void Round::Restored(absl::Time now, std::vector<Sha256> upload_hashers,
+void Round::Restored(absl::Time now,
+                     std::vector<ContentHasher> upload_hashers,
                      std::unique_ptr<RoundRecorder> recorder) {
   absl::MutexLock lock(&mu_);
   recorder_ = std::move(recorder);

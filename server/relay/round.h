@@ -41,7 +41,7 @@
 #include "common/clock.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "fedgather/v1/fedgather.pb.h"
 #include "server/control/contribution_ledger.h"
 #include "server/control/round_agreement.h"
@@ -70,6 +70,9 @@ struct RoundOptions {
   int64_t max_buffered_bytes = 256 << 20;
   // The chunk limit: ALL_REDUCE result chunks hold at most this many bytes.
   int64_t max_chunk_bytes = int64_t{1} << 20;
+  // The hash of the round's digests: each upload's, checked against its
+  // ContributionEnd, and an ALL_REDUCE result's (the epoch's algorithm).
+  DigestAlgorithm digest = DigestAlgorithm::kBlake3;
   // The hard deadline: past it the round fails with DEADLINE_EXCEEDED.
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration timeout = absl::InfiniteDuration();  // for messages only
@@ -136,7 +139,9 @@ class Round : public RoundDataPlane {
   struct ResumePoint {
     int64_t upload_bytes = 0;   // of this rank's contribution, already held
     bool upload_ended = false;  // its end was received
-    Sha256 hasher;              // the hash of those bytes, to continue
+    // The hash of those bytes, to continue; none when the rank had not
+    // started (the stream then starts its own).
+    std::optional<ContentHasher> hasher;
   };
   // Resume hands `request.rank`'s round to a new stream after its old one broke
   // (header.resume set; see StreamLost). The download goes on after the
@@ -180,7 +185,7 @@ class Round : public RoundDataPlane {
   // EndContribution records that `rank`'s upload is complete with `digest`.
   // When it is the last contribution the round completes and every stream is
   // woken to send the commit after its remaining chunks.
-  void EndContribution(int rank, const Sha256Digest& digest,
+  void EndContribution(int rank, const Digest& digest,
                        PendingCallbacks* callbacks) override;
 
   // NextOutgoing tells `rank`'s stream what to do next. The stream must not
@@ -204,7 +209,7 @@ class Round : public RoundDataPlane {
   // the round afterwards.
   void StreamLost(int rank, absl::string_view why, absl::Time now,
                   PendingCallbacks* callbacks,
-                  Sha256 hasher = Sha256()) override;
+                  std::optional<ContentHasher> hasher = std::nullopt) override;
 
   // Fail fails the round with `status` on every rank; the first failure
   // sticks and later calls do nothing. No effect once the round completed.
@@ -229,7 +234,7 @@ class Round : public RoundDataPlane {
   // then resumes with more frames than the replayed log holds for it gets
   // DATA_LOSS, failing the round: the journal lost frames the rank had
   // received (the machine crashed before they reached the disk).
-  void Restored(absl::Time now, std::vector<Sha256> upload_hashers,
+  void Restored(absl::Time now, std::vector<ContentHasher> upload_hashers,
                 std::unique_ptr<RoundRecorder> recorder);
   // StartResumeGrace counts the resume grace of every detached rank from
   // `now` at the earliest: a restarted server calls it once it listens, so
@@ -248,6 +253,8 @@ class Round : public RoundDataPlane {
 
   // Describe names the round: "group 'demo' epoch 1 seq 0".
   std::string Describe() const;
+  // The hash of the round's digests (RoundOptions::digest).
+  DigestAlgorithm digest_algorithm() const { return options_.digest; }
 
   // BufferedBytes is the payload held in the log right now for receivers
   // that have not written it (what the limit counts).
@@ -303,7 +310,7 @@ class Round : public RoundDataPlane {
     // kDetached: when its stream broke, and the hash of its upload so far,
     // waiting for the stream that resumes it.
     absl::Time detached_at;
-    Sha256 upload_hasher;
+    std::optional<ContentHasher> upload_hasher;
     // After a restore, until the rank resumes: the frames the replayed log
     // holds for it (-1 otherwise).
     int64_t restored_frames = -1;
@@ -379,7 +386,7 @@ class Round : public RoundDataPlane {
   // again.
   absl::Status CheckResumableLocked(int rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<Sha256Digest> CheckSameContributionLocked(
+  absl::StatusOr<Digest> CheckSameContributionLocked(
       const AttachRequest& request, PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRestoredFramesLocked(int rank, uint64_t frames,
@@ -430,8 +437,8 @@ class Round : public RoundDataPlane {
   // frames in the order they were made.
   std::unique_ptr<Reducer> reducer_ ABSL_GUARDED_BY(mu_);
   std::vector<double> weights_ ABSL_GUARDED_BY(mu_);
-  Sha256 result_hasher_ ABSL_GUARDED_BY(mu_);
-  Sha256Digest result_digest_ ABSL_GUARDED_BY(mu_){};
+  ContentHasher result_hasher_ ABSL_GUARDED_BY(mu_);
+  Digest result_digest_ ABSL_GUARDED_BY(mu_){};
   std::vector<RankState> ranks_ ABSL_GUARDED_BY(mu_);
   FanOutLog log_ ABSL_GUARDED_BY(mu_);
   // Handing a commit to a stream is not delivering it: a stream may break

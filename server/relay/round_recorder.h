@@ -16,7 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 
 namespace fedgather::server {
 
@@ -32,10 +32,11 @@ class RoundRecorder {
                                 const grpc::ByteBuffer& header_frame) = 0;
   // Chunk: a chunk frame `rank` uploaded was accepted.
   virtual absl::Status Chunk(int rank, const grpc::ByteBuffer& frame) = 0;
-  // Ended: `rank`'s contribution ended with `digest`. Durable when it
-  // returns (it may wait on the disk), so a committed round's
-  // contributions survive a power loss.
-  virtual absl::Status Ended(int rank, const Sha256Digest& digest) = 0;
+  // Ended: `rank`'s contribution ended with `digest`, in `algorithm`.
+  // Durable when it returns (it may wait on the disk), so a committed
+  // round's contributions survive a power loss.
+  virtual absl::Status Ended(int rank, DigestAlgorithm algorithm,
+                             const Digest& digest) = 0;
   // QuorumClosed: the quorum deadline closed the round to the ranks that
   // had not started.
   virtual absl::Status QuorumClosed() = 0;

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "server/journal/journal_file.h"
 #include "server/relay/journal_recorder.h"
 
@@ -22,7 +22,7 @@ grpc::ByteBuffer BufferOf(const std::string& bytes) {
 // the payload where the round reduces rather than forwards it.
 class ReplaySink : public ChunkSink {
  public:
-  ReplaySink(Sha256* hasher, bool keep) : hasher_(hasher), keep_(keep) {}
+  ReplaySink(ContentHasher* hasher, bool keep) : hasher_(hasher), keep_(keep) {}
   absl::Status Begin(const ChunkMeta& meta) override {
     meta_ = meta;
     return absl::OkStatus();
@@ -35,7 +35,7 @@ class ReplaySink : public ChunkSink {
   const std::string& data() const { return data_; }
 
  private:
-  Sha256* hasher_;
+  ContentHasher* hasher_;
   const bool keep_;
   ChunkMeta meta_;
   std::string data_;
@@ -47,8 +47,11 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
                                            const std::string& path,
                                            absl::Time now) {
   const int world = static_cast<int>(options.identities.size());
+  const DigestAlgorithm algorithm = options.digest;
   auto round = std::make_shared<Round>(std::move(options));
-  std::vector<Sha256> hashers(world);
+  std::vector<ContentHasher> hashers;
+  hashers.reserve(world);
+  for (int r = 0; r < world; ++r) hashers.emplace_back(algorithm);
   v1::Op op = v1::OP_UNSPECIFIED;
   PendingCallbacks replayed;  // dropped: they happened before the restart
   auto bad = [&](absl::string_view what) {
@@ -114,10 +117,31 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
             }
             return absl::OkStatus();
           }
-          case RoundRecord::kEnd: {
-            Sha256Digest digest;
-            if (!DigestFromBytes(record.payload, &digest)) {
-              return bad("an end record holds no SHA-256");
+          case RoundRecord::kEnd:
+          case RoundRecord::kEndDigest: {
+            // A kEnd record holds a SHA-256; a kEndDigest record says its
+            // algorithm in its first byte.
+            absl::string_view payload = record.payload;
+            DigestAlgorithm ended = DigestAlgorithm::kSha256;
+            if (record.kind == static_cast<uint8_t>(RoundRecord::kEndDigest)) {
+              if (payload.empty()) return bad("an end record holds no digest");
+              absl::StatusOr<DigestAlgorithm> named = DigestAlgorithmFromProto(
+                  static_cast<v1::DigestAlgorithm>(
+                      static_cast<uint8_t>(payload[0])),
+                  "an end record");
+              if (!named.ok()) return bad(named.status().message());
+              ended = *named;
+              payload.remove_prefix(1);
+            }
+            Digest digest;
+            if (!DigestFromBytes(payload, &digest)) {
+              return bad("an end record holds no 32-byte digest");
+            }
+            if (ended != algorithm) {
+              return bad(absl::StrCat(
+                  "rank ", rank, "'s end record holds a ",
+                  DigestAlgorithmName(ended), " digest but the epoch uses ",
+                  DigestAlgorithmName(algorithm)));
             }
             round->EndContribution(rank, digest, &replayed);
             return absl::OkStatus();

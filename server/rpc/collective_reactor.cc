@@ -10,6 +10,29 @@
 #include "common/status_macros.h"
 
 namespace fedgather::server {
+namespace {
+
+// CheckDigestAlgorithm: a header must declare the hash its round (its
+// epoch) names contributions by, before any byte is hashed.
+absl::Status CheckDigestAlgorithm(const v1::CollectiveHeader& header,
+                                  DigestAlgorithm expected,
+                                  absl::string_view rank_name) {
+  absl::StatusOr<DigestAlgorithm> declared = DigestAlgorithmFromProto(
+      header.digest_algorithm(),
+      absl::StrCat(rank_name, " header's digest_algorithm"));
+  if (!declared.ok()) return declared.status();
+  if (*declared == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      rank_name, " header declares digest_algorithm ",
+      DigestAlgorithmName(*declared),
+      header.digest_algorithm() == v1::DIGEST_ALGORITHM_UNSPECIFIED
+          ? " (unset, which means sha256)"
+          : "",
+      " but the epoch names contributions by ",
+      DigestAlgorithmName(expected), " (Joined.digest_algorithm)"));
+}
+
+}  // namespace
 
 CollectiveReactor* CollectiveReactor::Start(
     grpc::CallbackServerContext* context, GroupRegistry* registry,
@@ -73,7 +96,7 @@ absl::Status CollectiveReactor::UploadSink::Begin(const ChunkMeta& meta) {
 }
 
 void CollectiveReactor::UploadSink::Data(const uint8_t* data, size_t size) {
-  reactor_->hasher_.Update(data, size);
+  reactor_->hasher_->Update(data, size);
   if (reactor_->op_ == v1::ALL_REDUCE) {
     bytes_.append(reinterpret_cast<const char*>(data), size);
   }
@@ -210,15 +233,17 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
               absl::StrCat("the end names rank ", frame.end().rank(),
                            " but the stream is rank ", rank_));
         }
-        Sha256Digest claimed;
-        const Sha256Digest actual = hasher_.Finish();
-        if (!DigestFromBytes(frame.end().sha256(), &claimed)) {
+        Digest claimed;
+        const DigestAlgorithm algorithm = hasher_->algorithm();
+        const Digest actual = hasher_->Finish();
+        if (!DigestFromBytes(frame.end().digest(), &claimed)) {
           return absl::InvalidArgumentError(
-              "ContributionEnd.sha256 must hold 32 bytes");
+              "ContributionEnd.digest must hold 32 bytes");
         }
         if (claimed != actual) {
           return absl::DataLossError(absl::StrCat(
-              "the contribution's declared SHA-256 ", DigestToHex(claimed),
+              "the contribution's declared ", DigestAlgorithmName(algorithm),
+              " digest ", DigestToHex(claimed),
               " does not match its bytes, which hash to ",
               DigestToHex(actual)));
         }
@@ -275,6 +300,10 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   if (valid.ok()) {
     valid = CheckFingerprintForOp(header.op(), *fingerprint, rank_name);
   }
+  if (valid.ok()) {
+    valid = CheckDigestAlgorithm(header, (*found)->digest_algorithm(),
+                                 rank_name);
+  }
   if (!valid.ok()) return fail_round(valid);
   // What this rank uploads: a BROADCAST's non-root ranks send no bytes.
   Fingerprint sent = *fingerprint;
@@ -307,6 +336,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   fingerprint_ = *std::move(fingerprint);
   upload_ = std::move(sent);
   sequence_.emplace(upload_, max_chunk_bytes_);  // keeps a reference
+  hasher_.emplace((*found)->digest_algorithm());
   rank_ = static_cast<int>(header.rank());
   op_ = header.op();
   group_ = *group;
@@ -339,7 +369,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
         (*found)->Fail(failed, callbacks);
         return failed;
       }
-      hasher_ = std::move(point->hasher);
+      if (point->hasher.has_value()) hasher_ = std::move(point->hasher);
       v1::CollectiveFrame reply;
       reply.mutable_resumed()->set_upload_bytes(
           static_cast<uint64_t>(point->upload_bytes));

@@ -31,7 +31,7 @@
 #include "common/clock.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "server/access/access_control.h"
 #include "server/membership/group_registry.h"
 #include "server/relay/round.h"
@@ -151,7 +151,9 @@ class CollectiveReactor
   // to it.
   Fingerprint upload_ ABSL_GUARDED_BY(read_mu_);
   std::optional<ChunkSequence> sequence_ ABSL_GUARDED_BY(read_mu_);
-  Sha256 hasher_ ABSL_GUARDED_BY(read_mu_);
+  // The hash of this rank's upload, in the round's algorithm: set with the
+  // header (or taken over from a resumed stream).
+  std::optional<ContentHasher> hasher_ ABSL_GUARDED_BY(read_mu_);
   int rank_ = -1;  // set before the round can call back; then constant
   v1::Op op_ = v1::OP_UNSPECIFIED;
   GroupState* group_ = nullptr;  // the round's group, for liveness

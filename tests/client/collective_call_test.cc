@@ -18,7 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "client/data_plane.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 
 namespace fedgather {
 namespace {
@@ -35,7 +35,7 @@ class CollectingSink : public ChunkSink {
     bytes.append(reinterpret_cast<const char*>(data), size);
   }
   int chunks = 0;
-  Sha256 hasher;
+  ContentHasher hasher{DigestAlgorithm::kBlake3};
   std::string bytes;
 };
 
@@ -79,11 +79,12 @@ class FakeStream : public FrameStream {
   }
   void WritesDone() override {
     v1::CollectiveFrame commit;
+    commit.mutable_commit()->set_digest_algorithm(v1::DIGEST_BLAKE3);
     v1::RankDigest* entry = commit.mutable_commit()->add_contributions();
     entry->set_rank(0);
     entry->set_identity("site-1");
-    const Sha256Digest digest = sink_->hasher.Finish();
-    entry->set_sha256(digest.data(), digest.size());
+    const Digest digest = sink_->hasher.Finish();
+    entry->set_digest(digest.data(), digest.size());
     auto buffer = std::make_shared<grpc::ByteBuffer>(EncodeFrame(commit));
     Post([this, buffer] { handler_->OnFrame(*buffer); });
     End(grpc::Status::OK, true);
@@ -232,6 +233,22 @@ TEST(CollectiveCallDataPlaneTest, SendsThroughThePlaneAndAcceptsItsCommit) {
   EXPECT_EQ(got.contributors, std::vector<int>{0});
   EXPECT_EQ(got.stats.streams, 1);
   EXPECT_EQ(got.stats.payload_bytes_sent, 10);
+  EXPECT_EQ(plane.headers[0].digest_algorithm(), v1::DIGEST_BLAKE3);
+}
+
+// The fake plane commits in BLAKE3; an epoch of SHA-256 takes no such
+// commit, however its digests read.
+TEST(CollectiveCallDataPlaneTest, ACommitInAnotherDigestAlgorithmIsDataLoss) {
+  FakePlane plane({Script::kCommit});
+  CollectiveSetup setup = OneRankSetup();
+  setup.digest = DigestAlgorithm::kSha256;
+  const Outcome got = RunOverPlane(setup, plane);
+  ASSERT_EQ(plane.headers.size(), 1u);
+  EXPECT_EQ(plane.headers[0].digest_algorithm(), v1::DIGEST_SHA256);
+  EXPECT_EQ(got.status.code(), absl::StatusCode::kDataLoss) << got.status;
+  EXPECT_EQ(got.status.message(),
+            "the commit names its digests in blake3 but the epoch names "
+            "contributions by sha256");
 }
 
 TEST(CollectiveCallDataPlaneTest, ABrokenStreamIsResumedOnANewStream) {

@@ -345,14 +345,14 @@ TEST(DecodeFrameTest, NonChunkFramesParseIntoTheMessage) {
 
   v1::CollectiveFrame end;
   end.mutable_end()->set_rank(1);
-  end.mutable_end()->set_sha256(std::string(32, '\x5a'));
+  end.mutable_end()->set_digest(std::string(32, '\x5a'));
   grpc::ByteBuffer end_buffer = EncodeFrame(end);
   RecordingSink sink;
   v1::CollectiveFrame end_message;
   kind = DecodeFrame(end_buffer, &end_message, &sink);
   ASSERT_TRUE(kind.ok()) << kind.status();
   EXPECT_EQ(*kind, v1::CollectiveFrame::kEnd);
-  EXPECT_EQ(end_message.end().sha256(), std::string(32, '\x5a'));
+  EXPECT_EQ(end_message.end().digest(), std::string(32, '\x5a'));
   EXPECT_EQ(sink.begins, 0);
 }
 

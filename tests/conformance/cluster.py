@@ -27,7 +27,7 @@ STRANGER = "stranger"
 # Every group's admin (Admin.AbortRound).
 ADMIN = "ops"
 # Groups of each family in the policy; every test takes fresh ones.
-GROUPS_PER_FAMILY = 40
+GROUPS_PER_FAMILY = 48
 # Per-identity limits the policy sets (RESOURCE_EXHAUSTED tests).
 MAX_TENSORS = 16
 MAX_CONTRIBUTION_BYTES = 64 << 20
@@ -44,7 +44,8 @@ FAMILIES = {"w2": (2, SITES[:2], []), "w3": (3, SITES[:3], []),
             "quorum": (3, SITES[:3],
                        ["    min_quorum: 2", "    round_deadline: 2s"]),
             "limited": (2, [SITES[0], LIMITED], []),
-            "solo": (2, [SITES[0], SOLO], [])}
+            "solo": (2, [SITES[0], SOLO], []),
+            "sha256": (2, SITES[:2], ["    digest: sha256"])}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # The server's flags besides its address, certificates and policy. The
@@ -245,6 +246,7 @@ class Members:
         self.joined = [session.wait_joined() for session in self.sessions]
         self.epoch = self.joined[0].epoch
         self.max_chunk = self.joined[0].max_chunk_bytes
+        self.digest_algorithm = self.joined[0].digest_algorithm
         self.identities = [identity(site) for site in SITES[:world_size]]
 
     def close(self) -> None:

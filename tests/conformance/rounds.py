@@ -43,14 +43,15 @@ def start_rank(members: "cluster.Members", rank: int, seq: int, op: int,
     stream = wire.Collective(members.channels[rank])
     header = stream.send_frame(wire.header_frame(
         group=members.group, epoch=members.epoch, seq=seq, op=op, rank=rank,
-        tensors=[t.spec for t in plan.tensors], **plan.header))
+        tensors=[t.spec for t in plan.tensors],
+        **{"digest_algorithm": members.digest_algorithm, **plan.header}))
     chunks = []
     if plan.sends_chunks:
         for frame in wire.chunk_frames(rank, [t.data for t in plan.tensors],
                                        plan.chunk_bytes):
             chunks.append(stream.send_frame(frame))
     digest = plan.end_digest if plan.end_digest is not None else \
-        wire.sha256(plan.payload)
+        wire.digest(plan.payload, members.digest_algorithm)
     stream.send_frame(wire.end_frame(rank, digest))
     stream.half_close()
     return stream, Sent(header, chunks)
@@ -123,15 +124,18 @@ class ConformanceTest(unittest.TestCase):
     def assertCommit(self, members, seq: int, commit: pb.Commit,
                      payloads: Dict[int, bytes]):
         """The commit names the round and lists each contributor's rank,
-        identity, SHA-256 and byte count, in rank order."""
+        identity, digest (in the epoch's algorithm) and byte count, in rank
+        order."""
         self.assertEqual((commit.group, commit.epoch, commit.seq),
                          (members.group, members.epoch, seq))
+        self.assertEqual(commit.digest_algorithm, members.digest_algorithm)
         self.assertEqual([c.rank for c in commit.contributions],
                          sorted(payloads))
         for entry in commit.contributions:
             payload = payloads[entry.rank]
             self.assertEqual(entry.identity, members.identities[entry.rank])
-            self.assertEqual(entry.sha256, wire.sha256(payload),
+            self.assertEqual(entry.digest,
+                             wire.digest(payload, members.digest_algorithm),
                              f"rank {entry.rank}'s digest")
             self.assertEqual(entry.bytes, len(payload))
 
@@ -170,11 +174,12 @@ class ConformanceTest(unittest.TestCase):
             self.assertIn(name, received[0].ending.details)
 
     def assertReduced(self, received: wire.Received, plans: Sequence[Plan],
-                      reduce_op: int, max_chunk: int):
+                      reduce_op: int, max_chunk: int,
+                      algorithm: int = wire.DEFAULT_DIGEST):
         """The result chunks carry rank = world size, run per tensor in
         order from offset 0, end on element boundaries, hold at most
         max_chunk bytes, and equal the reference; the commit's
-        result_sha256 covers them."""
+        result_digest covers them."""
         world = len(plans)
         tensors = plans[0].tensors
         weights = [p.header.get("weight", 0.0) for p in plans]
@@ -200,5 +205,5 @@ class ConformanceTest(unittest.TestCase):
                               weights)
             self.assertEqual(bytes(results[index]), expected,
                              f"tensor {t.name}")
-        self.assertEqual(received.commit.result_sha256,
-                         wire.sha256(b"".join(results)))
+        self.assertEqual(received.commit.result_digest,
+                         wire.digest(b"".join(results), algorithm))

@@ -39,7 +39,7 @@ class CollectiveOrderTest(ConformanceTest):
         self.assertEqual(first.header.rank, 1)
         chunks1 = [later.send_frame(f) for f in wire.chunk_frames(
             1, [t.data for t in plans[1].tensors], 4096)]
-        later.send_frame(wire.end_frame(1, wire.sha256(plans[1].payload)))
+        later.send_frame(wire.end_frame(1, wire.digest(plans[1].payload)))
         later.half_close()
         rest = wire.receive_all(done)
         rest.raw.insert(0, first.SerializeToString())
@@ -109,18 +109,18 @@ class CollectiveOrderTest(ConformanceTest):
         broken.cancel()
         resumed, first = self.resume(members.channels[1], self.header(
             members, 1, plans[1], resume=True, frames_received=1,
-            contribution_sha256=wire.sha256(plans[1].payload)))
+            contribution_digest=wire.digest(plans[1].payload)))
         self.assertFalse(isinstance(first, wire.Ending), first)
         self.assertEqual(first.WhichOneof("kind"), "resumed")
         self.assertEqual(first.resumed.upload_bytes, 5 * 1001)
         self.assertFalse(first.resumed.upload_ended)
         for frame in chunks1[5:]:
             raw1.append(resumed.send_frame(frame))
-        resumed.send_frame(wire.end_frame(1, wire.sha256(plans[1].payload)))
+        resumed.send_frame(wire.end_frame(1, wire.digest(plans[1].payload)))
         resumed.half_close()
         raw0 = [stream0.send_frame(frame) for frame in wire.chunk_frames(
             0, [t.data for t in plans[0].tensors], 1001)]
-        stream0.send_frame(wire.end_frame(0, wire.sha256(plans[0].payload)))
+        stream0.send_frame(wire.end_frame(0, wire.digest(plans[0].payload)))
         stream0.half_close()
         rest0 = wire.receive_all(stream0)
         rest1 = wire.receive_all(resumed)
@@ -149,12 +149,12 @@ class CollectiveOrderTest(ConformanceTest):
         broken.cancel()
         resumed, first = self.resume(members.channels[1], self.header(
             members, 1, plans[1], resume=True, frames_received=0,
-            contribution_sha256=wire.sha256(b"other bytes")))
+            contribution_digest=wire.digest(b"other bytes")))
         self.assertFalse(isinstance(first, wire.Ending), first)
         self.assertEqual(first.resumed.upload_bytes, 1001)
         for frame in chunks1[1:]:
             resumed.send_frame(frame)
-        resumed.send_frame(wire.end_frame(1, wire.sha256(plans[1].payload)))
+        resumed.send_frame(wire.end_frame(1, wire.digest(plans[1].payload)))
         resumed.half_close()
         received = [wire.receive_all(stream0), wire.receive_all(resumed)]
         self.assertFailedAlike(received, grpc.StatusCode.INVALID_ARGUMENT)
@@ -180,7 +180,7 @@ class CollectiveOrderTest(ConformanceTest):
                            grpc.StatusCode.UNAVAILABLE, members.identities[1])
         resume_header = self.header(
             members, 0, plans[0], resume=True, frames_received=3,
-            contribution_sha256=wire.sha256(plans[0].payload))
+            contribution_digest=wire.digest(plans[0].payload))
         resumed, first = self.resume(members.channels[0], resume_header)
         self.assertFalse(isinstance(first, wire.Ending), first)
         self.assertEqual(first.WhichOneof("kind"), "resumed")

@@ -25,8 +25,9 @@ def cuts(members, sizes=CUTS):
 
 class OpsTest(ConformanceTest):
 
-    def gather(self, op, world_size, tensors_of_rank, sizes=CUTS):
-        members = self.join(world_size)
+    def gather(self, op, world_size, tensors_of_rank, sizes=CUTS,
+               family=""):
+        members = self.join(world_size, family)
         plans = [Plan(tensors_of_rank(rank), cut)
                  for rank, cut in enumerate(cuts(members, sizes))]
         received, sent = run_round(members, 0, op, plans)
@@ -70,12 +71,12 @@ class OpsTest(ConformanceTest):
                 self.assertForwarded(r, rank, {root: sent[root]})
             self.assertCommit(members, 0, r.commit,
                               {q: p.payload for q, p in enumerate(plans)})
-        self.assertEqual(received[0].commit.contributions[0].sha256,
-                         wire.sha256(b""))
+        self.assertEqual(received[0].commit.contributions[0].digest,
+                         wire.digest(b""))
 
     def all_reduce(self, reduce_op, world_size, weights=None, big=False,
-                   sizes=CUTS):
-        members = self.join(world_size)
+                   sizes=CUTS, family=""):
+        members = self.join(world_size, family)
         plans = []
         for rank, cut in enumerate(cuts(members, sizes)):
             header = {"reduce": reduce_op}
@@ -85,9 +86,24 @@ class OpsTest(ConformanceTest):
         received, _ = run_round(members, 0, pb.ALL_REDUCE, plans)
         for rank, r in enumerate(received):
             self.assertOk(r, f"rank {rank}")
-            self.assertReduced(r, plans, reduce_op, members.max_chunk)
+            self.assertReduced(r, plans, reduce_op, members.max_chunk,
+                               members.digest_algorithm)
             self.assertCommit(members, 0, r.commit,
                               {q: p.payload for q, p in enumerate(plans)})
+
+    # ---- digests: BLAKE3 by default, SHA-256 where the policy says ----
+
+    def test_a_default_group_names_contributions_by_blake3(self):
+        members = self.join(2)
+        self.assertEqual(members.digest_algorithm, pb.DIGEST_BLAKE3)
+        for joined in members.joined:
+            self.assertEqual(joined.digest_algorithm, pb.DIGEST_BLAKE3)
+
+    def test_all_gather_in_a_sha256_group(self):
+        self.gather(pb.ALL_GATHER, 2, mixed, family="sha256")
+
+    def test_all_reduce_in_a_sha256_group(self):
+        self.all_reduce(pb.SUM, 2, family="sha256")
 
     def test_all_reduce_sum(self):
         self.all_reduce(pb.SUM, 4, big=True)

@@ -64,6 +64,32 @@ class RoundErrorsTest(ConformanceTest):
 
     # ---- "a round fails with" INVALID_ARGUMENT ----
 
+    def test_a_header_declares_another_digest_algorithm(self):
+        # The group names contributions by BLAKE3 (the policy's default).
+        def frames(members, plan):
+            return [self.header(members, 1, digest_algorithm=pb.DIGEST_SHA256)]
+        members, received = self.fail_round(2, 1, frames)
+        self.assertRoundFails(received, members, INVALID, rank=1)
+        self.assertIn("declares digest_algorithm sha256",
+                      received[0].ending.details)
+        self.assertIn("by blake3", received[0].ending.details)
+
+    def test_a_header_without_a_digest_algorithm_declares_sha256(self):
+        def frames(members, plan):
+            return [self.header(
+                members, 1,
+                digest_algorithm=pb.DIGEST_ALGORITHM_UNSPECIFIED)]
+        members, received = self.fail_round(2, 1, frames)
+        self.assertRoundFails(received, members, INVALID, rank=1)
+        self.assertIn("unset, which means sha256", received[0].ending.details)
+
+    def test_a_header_names_an_unknown_digest_algorithm(self):
+        def frames(members, plan):
+            return [self.header(members, 1, digest_algorithm=7)]
+        members, received = self.fail_round(2, 1, frames)
+        self.assertRoundFails(received, members, INVALID, rank=1)
+        self.assertIn("names digest algorithm 7", received[0].ending.details)
+
     def test_fingerprints_disagree(self):
         def frames(members, plan):
             other = mixed(1)
@@ -138,7 +164,7 @@ class RoundErrorsTest(ConformanceTest):
         def frames(members, plan):
             return [self.header(members, 1),
                     wire.chunk_frame(1, 0, 0, plan.tensors[0].data[:8]),
-                    wire.end_frame(1, wire.sha256(plan.payload))]
+                    wire.end_frame(1, wire.digest(plan.payload))]
         members, received = self.fail_round(2, 1, frames)
         self.assertRoundFails(received, members, INVALID, rank=1)
 
@@ -155,7 +181,7 @@ class RoundErrorsTest(ConformanceTest):
         for frame in [self.header(members, 1),
                       *wire.chunk_frames(1, [t.data for t in plans[1].tensors],
                                          4096),
-                      wire.end_frame(1, wire.sha256(plans[1].payload)),
+                      wire.end_frame(1, wire.digest(plans[1].payload)),
                       wire.chunk_frame(1, 0, 0, b"late")]:
             late.send_frame(frame)
         late.half_close()
@@ -167,7 +193,7 @@ class RoundErrorsTest(ConformanceTest):
             return [self.header(members, 1),
                     *wire.chunk_frames(1, [t.data for t in plan.tensors],
                                        4096),
-                    wire.end_frame(0, wire.sha256(plan.payload))]
+                    wire.end_frame(0, wire.digest(plan.payload))]
         members, received = self.fail_round(2, 1, frames)
         self.assertRoundFails(received, members, INVALID, rank=1)
 
@@ -348,7 +374,7 @@ class RoundErrorsTest(ConformanceTest):
     def test_end_with_a_wrong_digest(self):
         members = self.join(3)
         plans = [Plan(mixed(rank), 1001) for rank in range(3)]
-        plans[2].end_digest = wire.sha256(b"something else")
+        plans[2].end_digest = wire.digest(b"something else")
         received, _ = run_round(members, 0, pb.ALL_GATHER, plans)
         self.assertRoundFails(received, members, grpc.StatusCode.DATA_LOSS,
                               rank=2)
@@ -487,7 +513,7 @@ class RoundErrorsTest(ConformanceTest):
         late = wire.Collective(members.channels[1])
         late.send_frame(self.header(
             members, 1, resume=True, frames_received=1,
-            contribution_sha256=wire.sha256(plans[1].payload)))
+            contribution_digest=wire.digest(plans[1].payload)))
         late.drain()
         self.assertEqual((late.ending.code, late.ending.details),
                          (received.ending.code, received.ending.details))

@@ -13,6 +13,7 @@ the request side is fed from a queue that gRPC's own thread drains.
 
 import hashlib
 import queue
+import subprocess
 import threading
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -35,8 +36,25 @@ EVENT_TIMEOUT_S = 30.0
 _END_OF_REQUESTS = object()
 
 
-def sha256(data: bytes) -> bytes:
-    return hashlib.sha256(data).digest()
+# The digest algorithm of the policy's groups unless a group says otherwise
+# (docs/protocol.md, "Digests"): a header declares it, and every digest of
+# the round is 32 bytes of it.
+DEFAULT_DIGEST = pb.DIGEST_BLAKE3
+
+
+def digest(data: bytes, algorithm: int = DEFAULT_DIGEST) -> bytes:
+    """Digest hashes `data` with `algorithm`: SHA-256 with Python's
+    hashlib, BLAKE3 with Debian's b3sum (the Rust implementation, not the C
+    one the server and client are built with)."""
+    if algorithm == pb.DIGEST_SHA256:
+        return hashlib.sha256(data).digest()
+    if algorithm == pb.DIGEST_BLAKE3:
+        out = subprocess.run(["b3sum", "--raw"], input=data,
+                             capture_output=True, check=True,
+                             timeout=CALL_TIMEOUT_S).stdout
+        assert len(out) == 32, f"b3sum wrote {len(out)} bytes"
+        return out
+    raise ValueError(f"no digest algorithm {algorithm}")
 
 
 def open_channel(address: str, root_pem: bytes, key_pem: Optional[bytes],
@@ -233,6 +251,9 @@ def abort_round(channel: grpc.Channel, group: str,
 
 
 def header_frame(**fields) -> pb.CollectiveFrame:
+    """Header_frame: a header with `fields`; it declares DEFAULT_DIGEST
+    unless `fields` names a digest_algorithm."""
+    fields.setdefault("digest_algorithm", DEFAULT_DIGEST)
     return pb.CollectiveFrame(header=pb.CollectiveHeader(**fields))
 
 
@@ -243,7 +264,7 @@ def chunk_frame(rank: int, tensor_index: int, offset: int,
 
 
 def end_frame(rank: int, digest: bytes) -> pb.CollectiveFrame:
-    return pb.CollectiveFrame(end=pb.ContributionEnd(rank=rank, sha256=digest))
+    return pb.CollectiveFrame(end=pb.ContributionEnd(rank=rank, digest=digest))
 
 
 @dataclass

@@ -20,7 +20,7 @@
 #include "common/audit_chain.h"
 #include "common/cert_issuer.h"
 #include "common/file_io.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -780,9 +780,8 @@ TEST(AuditTest, FourRankAllGatherRecordsTheContributionsDigests) {
   std::vector<std::string> digests(4);
   for (int r = 0; r < 4; ++r) {
     in[r] = RandomBytes(kBytes, 100 + r);
-    Sha256 sha;
-    sha.Update(in[r].data(), in[r].size());
-    digests[r] = DigestToHex(sha.Finish());
+    digests[r] = DigestToHex(
+        HashContent(DigestAlgorithm::kBlake3, in[r].data(), in[r].size()));
   }
   std::vector<std::vector<uint8_t>> out(4, std::vector<uint8_t>(4 * kBytes));
   for (
@@ -814,7 +813,8 @@ TEST(AuditTest, FourRankAllGatherRecordsTheContributionsDigests) {
     EXPECT_EQ(records[i]["seq"], i);
     for (const char* key :
          {"seq", "time", "identity", "peer", "action", "group", "epoch",
-          "collective_seq", "rank", "op", "bytes", "sha256", "digests",
+          "collective_seq", "rank", "op", "bytes", "digest_algorithm",
+          "digest", "digests",
           "outcome", "reason", "details", "prev"}) {
       EXPECT_TRUE(records[i].contains(key)) << key << " in " << records[i];
     }
@@ -830,7 +830,8 @@ TEST(AuditTest, FourRankAllGatherRecordsTheContributionsDigests) {
     });
     ASSERT_FALSE(contribution.is_null()) << r;
     EXPECT_EQ(contribution["identity"], Id(TestCluster::Site(r)));
-    EXPECT_EQ(contribution["sha256"], digests[r]);
+    EXPECT_EQ(contribution["digest_algorithm"], "blake3");
+    EXPECT_EQ(contribution["digest"], digests[r]);
     EXPECT_EQ(contribution["bytes"], kBytes);
     EXPECT_EQ(contribution["op"], "ALL_GATHER");
     EXPECT_EQ(contribution["group"], "demo");
@@ -843,11 +844,12 @@ TEST(AuditTest, FourRankAllGatherRecordsTheContributionsDigests) {
   });
   ASSERT_FALSE(commit.is_null());
   EXPECT_EQ(commit["outcome"], "OK");
+  EXPECT_EQ(commit["digest_algorithm"], "blake3");
   ASSERT_EQ(commit["digests"].size(), 4u);
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(commit["digests"][r]["rank"], r);
     EXPECT_EQ(commit["digests"][r]["identity"], Id(TestCluster::Site(r)));
-    EXPECT_EQ(commit["digests"][r]["sha256"], digests[r]);
+    EXPECT_EQ(commit["digests"][r]["digest"], digests[r]);
     EXPECT_EQ(commit["digests"][r]["bytes"], kBytes);
   }
   const json formed = FindRecord(

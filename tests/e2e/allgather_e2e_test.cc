@@ -55,9 +55,11 @@ struct Outputs {
   }
 };
 
-// Runs one all_gather of `specs` on every rank and checks every output.
+// Runs one all_gather of `specs` on every rank and checks every output, and
+// that each epoch names contributions by `digest`.
 void GatherAndCheck(const TestCluster& cluster,
-                    const std::vector<TensorSpec>& specs) {
+                    const std::vector<TensorSpec>& specs,
+                    DigestAlgorithm digest = DigestAlgorithm::kBlake3) {
   const int world = cluster.participants();
   std::vector<RankInputs> inputs(world);
   std::vector<std::unique_ptr<Outputs>> outputs(world);
@@ -68,6 +70,7 @@ void GatherAndCheck(const TestCluster& cluster,
         client->Join({"demo", world, std::nullopt, absl::Seconds(30)});
     ASSERT_TRUE(group.ok()) << group.status();
     const int rank = (*group)->rank();
+    EXPECT_EQ((*group)->digest_algorithm(), digest);
     rank_of[i] = rank;
     inputs[i] = MakeInputs(rank, specs);
     outputs[i] = std::make_unique<Outputs>(specs, world);
@@ -117,6 +120,23 @@ TEST(AllGatherTest, SixtyFourMiBTensorSpansManyChunks) {
   options.limits.max_buffered_bytes_per_round = 4 << 20;
   TestCluster cluster(options);
   GatherAndCheck(cluster, {{"big", DType::kF32, {16, 1 << 20}}});
+}
+
+// A group whose policy says `digest: sha256`: the epoch announces it, every
+// rank checks the commit's SHA-256 digests, and the server's commit says so.
+TEST(AllGatherTest, AGroupOfSha256DigestsGathersAndCommitsInSha256) {
+  ClusterOptions options;
+  options.participants = 3;
+  options.group_extra = "    digest: sha256\n";
+  TestCluster cluster(options);
+  GatherAndCheck(cluster, {{"weight", DType::kF32, {1000}}},
+                 DigestAlgorithm::kSha256);
+  EXPECT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kRoundCompleted &&
+               e.digest_algorithm == "sha256" && e.contributions.size() == 3;
+      },
+      absl::Seconds(10)));
 }
 
 TEST(AllGatherTest, ZeroElementTensor) {

@@ -35,7 +35,7 @@
 #include "client/provision.h"
 #include "common/cert_issuer.h"
 #include "common/file_io.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "common/tls_credentials.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 #include "tests/common/process_stats.h"
@@ -181,6 +181,7 @@ v1::CollectiveFrame BytesHeader(uint64_t epoch, uint64_t seq, int rank,
   h->set_seq(seq);
   h->set_op(v1::ALL_GATHER_BYTES);
   h->set_rank(rank);
+  h->set_digest_algorithm(v1::DIGEST_BLAKE3);  // the policy's default
   v1::TensorSpec* spec = h->add_tensors();
   spec->set_name("bytes");
   spec->set_dtype(v1::U8);
@@ -287,11 +288,9 @@ TEST(ExhaustionTest, RestoringAJournaledRoundKeepsTheMemoryBound) {
   ASSERT_TRUE(reader->Write(Chunk(1, 0, std::string(kKiB, 'r'))));
   v1::CollectiveFrame end;
   end.mutable_end()->set_rank(1);
-  Sha256 digest;
   const std::string contribution(kKiB, 'r');
-  digest.Update(contribution.data(), contribution.size());
-  const Sha256Digest sha = digest.Finish();
-  end.mutable_end()->set_sha256(std::string(sha.begin(), sha.end()));
+  end.mutable_end()->set_digest(DigestBytes(HashContent(
+      DigestAlgorithm::kBlake3, contribution.data(), contribution.size())));
   ASSERT_TRUE(reader->Write(end));
   std::atomic<int64_t> read{0};
   std::thread reading([&] {

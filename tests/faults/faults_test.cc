@@ -484,6 +484,7 @@ TEST(FaultTest, HugeDeclaredSizeWithLittleSentFailsAtTheDeadline) {
   h->set_seq(0);
   h->set_op(v1::ALL_GATHER_BYTES);
   h->set_rank(1);
+  h->set_digest_algorithm(v1::DIGEST_BLAKE3);
   v1::TensorSpec* spec = h->add_tensors();
   spec->set_name("bytes");
   spec->set_dtype(v1::U8);

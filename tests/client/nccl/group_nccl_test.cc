@@ -17,21 +17,21 @@
 #include "client/group.h"
 #include "client/nccl/nccl_unique_id.h"
 #include "common/file_io.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "tests/e2e/test_cluster.h"
 
 namespace fedgather::testing {
 namespace {
 
 bool Mentions(const server::ServerEvent& e, const std::string& needle) {
-  std::vector<std::string> fields = {e.action, e.identity, e.sha256_hex,
+  std::vector<std::string> fields = {e.action, e.identity, e.digest_hex,
                                      std::string(e.status.message())};
   for (const auto& [key, value] : e.details) {
     fields.push_back(key);
     fields.push_back(value);
   }
   for (const server::ContributionDigest& c : e.contributions) {
-    fields.push_back(c.sha256_hex);
+    fields.push_back(c.digest_hex);
   }
   return std::any_of(fields.begin(), fields.end(), [&](const std::string& f) {
     return absl::StrContains(f, needle);
@@ -56,15 +56,14 @@ TEST(ShareNcclUniqueIdTest, MembersGetRankZerosIdAndOnlyItsDigestIsAudited) {
   EXPECT_NE(*got[0], id);
   members->ExpectNextRoundWorks();
 
-  Sha256 sha;
-  sha.Update(id.data(), id.size());
-  const std::string digest = DigestToHex(sha.Finish());
+  const std::string digest =
+      DigestToHex(HashContent(DigestAlgorithm::kBlake3, id.data(), id.size()));
   const std::string raw(id.begin(), id.end());
   const std::string hex = absl::BytesToHexString(raw);
   EXPECT_TRUE(cluster.events().WaitFor(
       [&](const server::ServerEvent& e) {
         return e.kind == server::EventKind::kContributionComplete &&
-               e.rank == 0 && e.sha256_hex == digest;
+               e.rank == 0 && e.digest_hex == digest;
       },
       absl::Seconds(10)));
   EXPECT_FALSE(cluster.events().WaitFor(
@@ -85,13 +84,15 @@ TEST(ShareNcclUniqueIdTest, MembersGetRankZerosIdAndOnlyItsDigestIsAudited) {
   for (const nlohmann::json& record : ReadAuditRecords(cluster.audit_path())) {
     if (record["action"] == "contribution" && record["rank"] == 0 &&
         record["collective_seq"] == 0) {
-      EXPECT_EQ(record["sha256"], digest) << record;
+      EXPECT_EQ(record["digest_algorithm"], "blake3") << record;
+      EXPECT_EQ(record["digest"], digest) << record;
       EXPECT_EQ(record["op"], "ALL_GATHER_BYTES") << record;
       EXPECT_EQ(record["bytes"], kNcclUniqueIdBytes) << record;
       contribution = true;
     }
     if (record["action"] == "commit" && record["collective_seq"] == 0) {
-      EXPECT_EQ(record["digests"][0]["sha256"], digest) << record;
+      EXPECT_EQ(record["digest_algorithm"], "blake3") << record;
+      EXPECT_EQ(record["digests"][0]["digest"], digest) << record;
       commit = true;
     }
   }

@@ -12,8 +12,8 @@ using Closing = ContributionLedger::Closing;
 
 const std::vector<std::string> kIdentities = {"a", "b", "c", "d"};
 
-Sha256Digest DigestOf(uint8_t fill) {
-  Sha256Digest digest;
+Digest DigestOf(uint8_t fill) {
+  Digest digest;
   digest.fill(fill);
   return digest;
 }
@@ -39,7 +39,7 @@ TEST(ContributionLedgerTest, TheLastEndOfEveryRankCompletesTheRoundOnce) {
     const v1::RankDigest& got = commit.contributions(r);
     EXPECT_EQ(got.rank(), static_cast<uint32_t>(r));
     EXPECT_EQ(got.identity(), kIdentities[r]);
-    EXPECT_EQ(got.sha256(), std::string(32, static_cast<char>(r)));
+    EXPECT_EQ(got.digest(), std::string(32, static_cast<char>(r)));
     EXPECT_EQ(got.bytes(), static_cast<uint64_t>(10 * r));
   }
 }

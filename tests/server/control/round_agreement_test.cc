@@ -62,14 +62,14 @@ TEST(RoundAgreementTest, WeightedMeanNeedsAPositiveWeight) {
 TEST(RoundAgreementTest, AResumeWithAnotherHeaderOrDigestIsEquivocation) {
   RoundAgreement agreement = Make();
   agreement.Accept(0, Header(v1::ALL_GATHER), kTwoFloats);
-  Sha256Digest first{};
+  Digest first{};
   first[0] = 1;
-  Sha256Digest second{};
+  Digest second{};
   second[0] = 2;
   v1::CollectiveHeader resumed = Header(v1::ALL_GATHER);
-  resumed.set_contribution_sha256(first.data(), first.size());
+  resumed.set_contribution_digest(first.data(), first.size());
   bool equivocation = false;
-  absl::StatusOr<Sha256Digest> declared = agreement.CheckResume(
+  absl::StatusOr<Digest> declared = agreement.CheckResume(
       0, resumed, kTwoFloats, std::nullopt, &equivocation);
   ASSERT_TRUE(declared.ok()) << declared.status();
   EXPECT_EQ(*declared, first);
@@ -81,7 +81,7 @@ TEST(RoundAgreementTest, AResumeWithAnotherHeaderOrDigestIsEquivocation) {
   EXPECT_TRUE(equivocation);
   // Other bytes than declared before.
   equivocation = false;
-  resumed.set_contribution_sha256(second.data(), second.size());
+  resumed.set_contribution_digest(second.data(), second.size());
   const absl::Status bytes =
       agreement.CheckResume(0, resumed, kTwoFloats, std::nullopt, &equivocation)
           .status();
@@ -89,7 +89,7 @@ TEST(RoundAgreementTest, AResumeWithAnotherHeaderOrDigestIsEquivocation) {
   EXPECT_THAT(std::string(bytes.message()), HasSubstr("(equivocation)"));
   // No digest at all: refused, but no equivocation.
   equivocation = false;
-  resumed.clear_contribution_sha256();
+  resumed.clear_contribution_digest();
   EXPECT_EQ(
       agreement.CheckResume(0, resumed, kTwoFloats, std::nullopt, &equivocation)
           .status()

@@ -51,7 +51,7 @@ TEST_F(GroupJournalTest, AFormedEpochComesBackWithItsProgress) {
   EXPECT_FALSE(saved.formed);
   EXPECT_EQ(saved.epoch, 0u);
 
-  ASSERT_TRUE(journal->Formed(3, {"site-1", "site\n2"}).ok());
+  ASSERT_TRUE(journal->Formed(3, DigestAlgorithm::kBlake3, {"site-1", "site\n2"}).ok());
   ASSERT_TRUE(journal->Started(0, 0).ok());
   ASSERT_TRUE(journal->Started(1, 0).ok());
   ASSERT_TRUE(journal->Started(0, 1).ok());
@@ -67,6 +67,7 @@ TEST_F(GroupJournalTest, AFormedEpochComesBackWithItsProgress) {
   EXPECT_TRUE(saved.formed);
   EXPECT_EQ(saved.epoch, 3u);
   EXPECT_THAT(saved.identities, ElementsAre("site-1", "site\n2"));
+  EXPECT_EQ(saved.digest, DigestAlgorithm::kBlake3);
   EXPECT_THAT(saved.next_seq, ElementsAre(2u, 1u));
   ASSERT_EQ(saved.outcomes.size(), 2u);
   EXPECT_TRUE(saved.outcomes[0].ok());
@@ -80,10 +81,44 @@ TEST_F(GroupJournalTest, AFormedEpochComesBackWithItsProgress) {
   EXPECT_THAT(saved.next_seq, ElementsAre(2u, 5u));
 }
 
+// A journal written before epochs named their digest algorithm (a kFormed
+// record, kind 1) restores as a SHA-256 epoch.
+TEST_F(GroupJournalTest, AnEpochFormedBeforeDigestsWereNamedIsSha256) {
+  GroupJournal::Saved saved;
+  std::unique_ptr<GroupJournal> journal = Reopen("demo", &saved);
+  ASSERT_NE(journal, nullptr);
+  const std::string path = journal->directory() + "/epoch.journal";
+  journal.reset();
+  {
+    std::unique_ptr<JournalFile> old = JournalFile::Create(path).value();
+    ASSERT_TRUE(old->Append(/*kFormed=*/1, 0, "4\nsite-1\nsite-2").ok());
+  }
+  journal = Reopen("demo", &saved);
+  EXPECT_TRUE(saved.formed);
+  EXPECT_EQ(saved.epoch, 4u);
+  EXPECT_EQ(saved.digest, DigestAlgorithm::kSha256);
+  EXPECT_THAT(saved.identities, ElementsAre("site-1", "site-2"));
+
+  // A new epoch names its algorithm, and an unknown one is refused.
+  ASSERT_TRUE(journal->Formed(5, DigestAlgorithm::kSha256, {"a"}).ok());
+  journal = Reopen("demo", &saved);
+  EXPECT_EQ(saved.digest, DigestAlgorithm::kSha256);
+  journal.reset();
+  {
+    std::unique_ptr<JournalFile> odd = JournalFile::Create(path).value();
+    ASSERT_TRUE(odd->Append(/*kFormedWithDigest=*/5, 0, "6\nmd5\na").ok());
+  }
+  absl::StatusOr<GroupJournal::Saved> refused =
+      GroupJournal::Open(dir_, "demo").value()->Load();
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("names digest 'md5'"));
+}
+
 TEST_F(GroupJournalTest, AnEndedEpochLeavesOnlyItsNumber) {
   GroupJournal::Saved saved;
   std::unique_ptr<GroupJournal> journal = Reopen("demo", &saved);
-  ASSERT_TRUE(journal->Formed(1, {"a", "b"}).ok());
+  ASSERT_TRUE(journal->Formed(1, DigestAlgorithm::kBlake3, {"a", "b"}).ok());
   ASSERT_TRUE(journal->CreateRoundJournal(0).ok());
   const std::string round = journal->directory() + "/round-0.journal";
   EXPECT_TRUE(Exists(round));
@@ -100,9 +135,9 @@ TEST_F(GroupJournalTest, AnEndedEpochLeavesOnlyItsNumber) {
 TEST_F(GroupJournalTest, ANewEpochDiscardsThePreviousRounds) {
   GroupJournal::Saved saved;
   std::unique_ptr<GroupJournal> journal = Reopen("demo", &saved);
-  ASSERT_TRUE(journal->Formed(1, {"a"}).ok());
+  ASSERT_TRUE(journal->Formed(1, DigestAlgorithm::kBlake3, {"a"}).ok());
   ASSERT_TRUE(journal->CreateRoundJournal(5).ok());
-  ASSERT_TRUE(journal->Formed(2, {"a"}).ok());
+  ASSERT_TRUE(journal->Formed(2, DigestAlgorithm::kBlake3, {"a"}).ok());
   journal = Reopen("demo", &saved);
   EXPECT_EQ(saved.epoch, 2u);
   EXPECT_THAT(saved.rounds, IsEmpty());
@@ -114,8 +149,8 @@ TEST_F(GroupJournalTest, GroupNamesAreEscapedAndUnlistedGroupsDropped) {
   GroupJournal::Saved saved;
   std::unique_ptr<GroupJournal> kept = Reopen("kept", &saved);
   std::unique_ptr<GroupJournal> gone = Reopen("../gone", &saved);
-  ASSERT_TRUE(kept->Formed(1, {"a"}).ok());
-  ASSERT_TRUE(gone->Formed(1, {"a"}).ok());
+  ASSERT_TRUE(kept->Formed(1, DigestAlgorithm::kBlake3, {"a"}).ok());
+  ASSERT_TRUE(gone->Formed(1, DigestAlgorithm::kBlake3, {"a"}).ok());
   ASSERT_TRUE(gone->CreateRoundJournal(0).ok());
   EXPECT_EQ(gone->directory(), dir_ + "/groups/%2E%2E%2Fgone");
   DropGroupStatesExcept(dir_, {"kept"});

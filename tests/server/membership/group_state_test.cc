@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/events/event_sink.h"
@@ -417,7 +417,7 @@ TEST_F(GroupStateTest, AnEndedEpochsCompletedRoundIsResumableUntilSettled) {
   Form();
   // Round 0: every rank contributes an empty tensor.
   const Fingerprint empty = {TensorSpec{"w", DType::kU8, {0}}};
-  const Sha256Digest digest = Sha256().Finish();
+  const Digest digest = HashContent(DigestAlgorithm::kBlake3, nullptr, 0);
   std::shared_ptr<Round> round;
   auto streams = std::make_shared<NullRoundStream>();
   const char* ids[] = {"site-a", "site-b", "site-c"};

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -44,13 +45,15 @@ using ::testing::StartsWith;
 using Json = nlohmann::ordered_json;
 
 const std::vector<std::string> kKeys = {
-    "seq",     "time",           "identity", "peer",    "action", "group",
-    "epoch",   "collective_seq", "rank",     "op",      "bytes",  "sha256",
-    "digests", "outcome",        "reason",   "details", "prev"};
+    "seq",    "time",    "identity",         "peer",   "action",
+    "group",  "epoch",   "collective_seq",   "rank",   "op",
+    "bytes",  "digest_algorithm", "digest",  "digests", "outcome",
+    "reason", "details", "prev"};
 const std::vector<std::string> kAnchorKeys = {
-    "seq",     "time",           "identity", "peer",    "action", "group",
-    "epoch",   "collective_seq", "rank",     "op",      "bytes",  "sha256",
-    "digests", "outcome",        "reason",   "details", "sig",    "prev"};
+    "seq",    "time",    "identity",         "peer",   "action",
+    "group",  "epoch",   "collective_seq",   "rank",   "op",
+    "bytes",  "digest_algorithm", "digest",  "digests", "outcome",
+    "reason", "details", "sig",              "prev"};
 
 // An identity with non-ASCII text, a quote, a backslash and a newline, to
 // check that escaping round-trips.
@@ -262,7 +265,8 @@ TEST(AuditLogTest, WritesEveryFieldAndNullForUnset) {
   full.peer = "ipv4:127.0.0.1:5555";
   full.group = "demo";
   full.op = "all_gather";
-  full.sha256_hex = std::string(64, 'a');
+  full.digest_algorithm = "blake3";
+  full.digest_hex = std::string(64, 'a');
   full.reason = "round complete";
   full.epoch = 2;
   full.collective_seq = 9;
@@ -295,10 +299,11 @@ TEST(AuditLogTest, WritesEveryFieldAndNullForUnset) {
   EXPECT_EQ(first["rank"], 1);
   EXPECT_EQ(first["op"], "all_gather");
   EXPECT_EQ(first["bytes"], 4096);
-  EXPECT_EQ(first["sha256"], std::string(64, 'a'));
+  EXPECT_EQ(first["digest_algorithm"], "blake3");
+  EXPECT_EQ(first["digest"], std::string(64, 'a'));
   EXPECT_EQ(first["digests"].size(), 2u);
   EXPECT_EQ(first["digests"][1]["identity"], "site-1");
-  EXPECT_EQ(first["digests"][1]["sha256"], std::string(64, 'c'));
+  EXPECT_EQ(first["digests"][1]["digest"], std::string(64, 'c'));
   EXPECT_EQ(first["digests"][1]["bytes"], 20);
   EXPECT_EQ(first["digests"][0]["rank"], 0);
   EXPECT_EQ(first["reason"], "round complete");
@@ -309,7 +314,8 @@ TEST(AuditLogTest, WritesEveryFieldAndNullForUnset) {
   EXPECT_EQ(KeysOf(second), kKeys);
   for (const char* key :
        {"identity", "peer", "group", "epoch", "collective_seq", "rank", "op",
-        "bytes", "sha256", "digests", "reason", "details"}) {
+        "bytes", "digest_algorithm", "digest", "digests", "reason",
+        "details"}) {
     EXPECT_TRUE(second[key].is_null()) << key;
   }
   EXPECT_EQ(second["outcome"], "PERMISSION_DENIED");
@@ -476,17 +482,24 @@ TEST(AuditLogTest, RotationKeepsOneChainAcrossFiles) {
   for (int i = 0; i < 60; ++i) log->Append(Contribution(0, i));
   ASSERT_TRUE(log->Close().ok());
 
-  std::vector<std::string> files;
-  for (int n = 1;; ++n) {
-    const std::string rotated = absl::StrFormat("%s.%06d", path, n);
-    if (::access(rotated.c_str(), F_OK) != 0) break;
-    files.push_back(rotated);
-    // Each closed file ends with a signed anchor.
-    const std::vector<std::string> lines = ReadLines(rotated);
-    ASSERT_FALSE(lines.empty());
-    EXPECT_EQ(Json::parse(lines.back())["action"], "anchor") << rotated;
-  }
-  files.push_back(path);
+  // The rotated files oldest first, then the active one.
+  auto list_files = [&] {
+    std::vector<std::string> listed;
+    for (int n = 1;; ++n) {
+      const std::string rotated = absl::StrFormat("%s.%06d", path, n);
+      if (::access(rotated.c_str(), F_OK) != 0) break;
+      listed.push_back(rotated);
+      // Each closed file ends with a signed anchor.
+      const std::vector<std::string> lines = ReadLines(rotated);
+      EXPECT_FALSE(lines.empty()) << rotated;
+      if (!lines.empty()) {
+        EXPECT_EQ(Json::parse(lines.back())["action"], "anchor") << rotated;
+      }
+    }
+    listed.push_back(path);
+    return listed;
+  };
+  const std::vector<std::string> files = list_files();
   ASSERT_GE(files.size(), 4u);
 
   const auto cert = WithCert(TestKeys().server.cert_pem);
@@ -515,11 +528,12 @@ TEST(AuditLogTest, RotationKeepsOneChainAcrossFiles) {
   ASSERT_TRUE(partial.ok()) << partial.status();
   EXPECT_EQ(partial->first_seq, first_of_second);
 
-  // A new session continues after the newest rotated file.
+  // A new session continues after the newest rotated file (and may rotate
+  // the active file once more).
   auto reopened = AuditLog::Open(options).value();
   reopened->Append(Contribution(1, 0));
   ASSERT_TRUE(reopened->Close().ok());
-  const auto again = VerifyAuditFiles(files, cert);
+  const auto again = VerifyAuditFiles(list_files(), cert);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->records, report->records + 2);
 }
@@ -928,6 +942,111 @@ TEST(AuditCliTest, VerifyExitCodes) {
 
   EXPECT_EQ(RunCli({"audit", "verify"}, &out, &err), 2);
   EXPECT_EQ(RunCli({"audit"}, &out, &err), 2);
+}
+
+// A log of the SHA-256 era, before digests named their algorithm (key
+// "sha256", every digest a SHA-256): written by fedgather-server at c369e5a
+// under bench/allgather_bench (3 ranks over TLS, all_gather and all_reduce,
+// an anchor every 20 records), with that server's certificate.
+std::string Sha256EraLog() {
+  return std::string(FEDGATHER_AUDIT_TESTDATA) + "/sha256_era_audit.jsonl";
+}
+std::string Sha256EraCert() {
+  return std::string(FEDGATHER_AUDIT_TESTDATA) + "/sha256_era_server_cert.pem";
+}
+
+TEST(AuditChainTest, ALogOfTheSha256EraStillVerifiesSignedToTheEnd) {
+  const std::string cert = ReadFileToString(Sha256EraCert()).value();
+  const auto report = VerifyAuditFiles({Sha256EraLog()}, WithCert(cert));
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->records, 59u);
+  EXPECT_TRUE(report->signed_to_end);
+  std::string out, err;
+  EXPECT_EQ(RunCli({"audit", "verify", Sha256EraLog(), "--cert",
+                    Sha256EraCert()},
+                   &out, &err),
+            0)
+      << err;
+  EXPECT_THAT(out, HasSubstr("audit chain intact: 59 records"));
+
+  // A digest changed in it is caught (by the next record's prev).
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  std::vector<std::string> lines = ReadLines(Sha256EraLog());
+  size_t changed = 0;
+  while (changed < lines.size() &&
+         Json::parse(lines[changed])["action"] != "contribution") {
+    ++changed;
+  }
+  ASSERT_LT(changed, lines.size());
+  const size_t at = lines[changed].find("\"sha256\":\"") + 10;
+  lines[changed][at] = lines[changed][at] == '0' ? '1' : '0';
+  WriteLines(path, lines);
+  const auto tampered = VerifyAuditFiles({path}, WithCert(cert));
+  EXPECT_TRUE(absl::IsDataLoss(tampered.status())) << tampered.status();
+}
+
+TEST(AuditLogTest, ANewServerContinuesALogOfTheSha256Era) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  ASSERT_TRUE(WriteStringToFile(path, ReadFileToString(Sha256EraLog()).value(),
+                                0600)
+                  .ok());
+  auto log = AuditLog::Open(Options(path)).value();  // another key: unsigned
+  AuditRecord commit;
+  commit.action = "commit";
+  commit.group = "demo";
+  commit.digest_algorithm = "blake3";
+  commit.digests = {{0, "site-0", std::string(64, 'e'), 10}};
+  commit.outcome = "OK";
+  log->Append(commit);
+  ASSERT_TRUE(log->Close().ok());
+
+  const auto report = VerifyAuditFiles({path}, {});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->records, 60u);
+  const std::vector<std::string> lines = ReadLines(path);
+  EXPECT_TRUE(Json::parse(lines[0]).contains("sha256"));
+  const Json last = Json::parse(lines.back());
+  EXPECT_EQ(KeysOf(last), kKeys);
+  EXPECT_EQ(last["digest_algorithm"], "blake3");
+  EXPECT_EQ(last["digests"][0]["digest"], std::string(64, 'e'));
+}
+
+// The last record of a log, changed (nothing after it checks its hash):
+// the schema alone must catch what is wrong.
+TEST(AuditChainTest, ADigestWithoutAKnownAlgorithmIsRefused) {
+  const ScopedDir dir;
+  const std::string path = dir.path() + "/audit.jsonl";
+  auto log = AuditLog::Open(Options(path)).value();
+  AuditRecord contribution;
+  contribution.action = "contribution";
+  contribution.digest_algorithm = "blake3";
+  contribution.digest_hex = std::string(64, 'a');
+  contribution.outcome = "OK";
+  log->Append(contribution);
+  ASSERT_TRUE(log->Close().ok());
+  ASSERT_TRUE(VerifyAuditFiles({path}, {}).ok());
+  const std::string written = ReadLines(path).back();
+  for (const auto& [from, to, why] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"\"digest_algorithm\":\"blake3\"",
+            "\"digest_algorithm\":\"md5\"",
+            "its digest_algorithm is not null, \"sha256\" or \"blake3\""},
+           {"\"digest_algorithm\":\"blake3\"", "\"digest_algorithm\":null",
+            "it has digests but no digest_algorithm naming their hash"},
+           {"\"digest_algorithm\":\"blake3\"",
+            "\"sha256\":null,\"digest_algorithm\":\"blake3\"",
+            "it has both the old \"sha256\" key and the \"digest\" keys"},
+           {"\"digest_algorithm\":\"blake3\",", "",
+            "it has no \"digest_algorithm\" key"}}) {
+    std::string line = written;
+    line.replace(line.find(from), from.size(), to);
+    WriteLines(path, {line});
+    const auto refused = VerifyAuditFiles({path}, {});
+    EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+    EXPECT_THAT(std::string(refused.status().message()), HasSubstr(why));
+  }
 }
 
 }  // namespace

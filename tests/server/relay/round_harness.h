@@ -16,7 +16,7 @@
 #include "absl/time/time.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "gtest/gtest.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
@@ -165,6 +165,7 @@ class RoundHarness : public ::testing::Test {
     options.quorum_deadline = quorum_deadline_;
     options.quorum_wait = absl::Seconds(10);
     options.resume_grace = resume_grace_;
+    options.digest = digest_;
     options.events = &events_;
     options.on_finished = [this](uint64_t seq, const absl::Status& outcome) {
       finished_.emplace_back(seq, outcome);
@@ -276,17 +277,16 @@ class RoundHarness : public ::testing::Test {
   }
 
   void EndWith(Round& round, int rank, const std::vector<float>& values) {
-    Sha256 hasher;
+    ContentHasher hasher(digest_);
     hasher.Update(values.data(), 8);
     PendingCallbacks callbacks;
     round.EndContribution(rank, hasher.Finish(), &callbacks);
     callbacks.Run();
   }
 
-  Sha256Digest DigestOf(int rank) const {
-    Sha256 hasher;
-    hasher.Update(payloads_[rank].data(), payloads_[rank].size());
-    return hasher.Finish();
+  Digest DigestOf(int rank) const {
+    return HashContent(digest_, payloads_[rank].data(),
+                       payloads_[rank].size());
   }
 
   void End(Round& round, int rank) {
@@ -321,7 +321,7 @@ class RoundHarness : public ::testing::Test {
   // Resume resumes `rank` after `frames` frames, declaring `digest`.
   // An ALL_REDUCE rank (reduce set) resumes with AttachReduce's header.
   absl::StatusOr<Round::ResumePoint> Resume(
-      Round& round, int rank, uint64_t frames, const Sha256Digest& digest,
+      Round& round, int rank, uint64_t frames, const Digest& digest,
       v1::ReduceOp reduce = v1::REDUCE_UNSPECIFIED) {
     const v1::Op op =
         reduce == v1::REDUCE_UNSPECIFIED ? v1::ALL_GATHER : v1::ALL_REDUCE;
@@ -334,7 +334,7 @@ class RoundHarness : public ::testing::Test {
     }
     header.set_resume(true);
     header.set_frames_received(frames);
-    header.set_contribution_sha256(digest.data(), digest.size());
+    header.set_contribution_digest(digest.data(), digest.size());
     PendingCallbacks callbacks;
     absl::StatusOr<Round::ResumePoint> point =
         round.Resume(Request(rank, "ipv4:127.0.0.1:2", header, TwoFloats(),
@@ -369,6 +369,7 @@ class RoundHarness : public ::testing::Test {
 
   // Set before MakeRound for resumable streams.
   absl::Duration resume_grace_ = absl::ZeroDuration();
+  DigestAlgorithm digest_ = DigestAlgorithm::kBlake3;  // the round's
   // Set before MakeRound for a quorum round.
   int min_quorum_ = 0;
   absl::Time quorum_deadline_ = absl::InfiniteFuture();

@@ -87,8 +87,8 @@ class RoundRestoreTest : public RoundHarness {
       EXPECT_TRUE(got.status.ok()) << got.status;
       ASSERT_EQ(got.commit.contributions_size(), world);
       for (int c = 0; c < world; ++c) {
-        const Sha256Digest digest = DigestOf(c);
-        EXPECT_EQ(got.commit.contributions(c).sha256(),
+        const Digest digest = DigestOf(c);
+        EXPECT_EQ(got.commit.contributions(c).digest(),
                   std::string(digest.begin(), digest.end()));
       }
     }
@@ -129,7 +129,7 @@ TEST_F(RoundRestoreTest, AnAllGatherGoesOnWhereEachRankStopped) {
   EXPECT_FALSE(one->upload_ended);
   EXPECT_EQ(one->upload_bytes, 4);
   // The restored hash goes on over the rest of the upload.
-  Sha256 rest = std::move(one->hasher);
+  ContentHasher rest = *std::move(one->hasher);
   rest.Update(payloads_[1].data() + 4, 4);
   EXPECT_EQ(rest.Finish(), DigestOf(1));
 
@@ -148,6 +148,71 @@ TEST_F(RoundRestoreTest, AnAllGatherGoesOnWhereEachRankStopped) {
 // after 600 MiB uploaded under --max-buffered-mib 4). A restored round holds
 // no more than its limit; the frames that left memory are read back from
 // the journal when each receiver reaches them, byte for byte.
+// Rewrites the journal at `path` as a server did before end records named
+// their algorithm: each kEndDigest record becomes a kEnd record holding the
+// bare digest.
+void RewriteEndsAsBareDigests(const std::string& path) {
+  std::vector<JournalRecord> records;
+  ASSERT_TRUE(ReadJournal(path, [&](JournalRecord record) {
+                records.push_back(std::move(record));
+                return absl::OkStatus();
+              }).ok());
+  std::unique_ptr<JournalFile> old = JournalFile::Create(path).value();
+  for (JournalRecord& record : records) {
+    if (record.kind == static_cast<uint8_t>(RoundRecord::kEndDigest)) {
+      ASSERT_EQ(record.payload.size(), 33u);
+      ASSERT_EQ(record.payload[0], static_cast<char>(v1::DIGEST_SHA256));
+      record.kind = static_cast<uint8_t>(RoundRecord::kEnd);
+      record.payload.erase(0, 1);
+    }
+    ASSERT_TRUE(old->Append(record.kind, record.rank, record.payload).ok());
+  }
+}
+
+TEST_F(RoundRestoreTest, AJournalOfBareSha256EndsRestoresIntoASha256Epoch) {
+  digest_ = DigestAlgorithm::kSha256;
+  std::shared_ptr<Round> round = MakeJournaledRound(2);
+  ASSERT_TRUE(Attach(*round, 0).ok());
+  ASSERT_TRUE(Attach(*round, 1).ok());
+  EXPECT_TRUE(Offer(*round, 0, 0));
+  EXPECT_TRUE(Offer(*round, 0, 1));
+  End(*round, 0);
+  round.reset();
+  RewriteEndsAsBareDigests(path_);
+
+  // Into an epoch of BLAKE3 it cannot go: its end names a SHA-256.
+  digest_ = DigestAlgorithm::kBlake3;
+  const absl::Status refused =
+      RestoreRound(MakeOptions(2), path_, absl::FromUnixSeconds(50))
+          .status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_THAT(std::string(refused.message()),
+              HasSubstr("rank 0's end record holds a sha256 digest but the "
+                        "epoch uses blake3"));
+
+  digest_ = DigestAlgorithm::kSha256;
+  round = Restart(round, 2);
+  ASSERT_NE(round, nullptr);
+  EXPECT_THAT(round->GetProgress().complete, ElementsAre(0));
+  absl::StatusOr<Round::ResumePoint> zero = Resume(*round, 0, 0, DigestOf(0));
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_TRUE(zero->upload_ended);
+  absl::StatusOr<Round::ResumePoint> one = Resume(*round, 1, 0, DigestOf(1));
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_TRUE(Offer(*round, 1, 0));
+  EXPECT_TRUE(Offer(*round, 1, 1));
+  End(*round, 1);
+  PumpAll(*round);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(received_[r].log.back(), "commit") << r;
+    EXPECT_EQ(received_[r].commit.digest_algorithm(), v1::DIGEST_SHA256);
+    EXPECT_EQ(received_[r].commit.contributions(0).digest(),
+              DigestBytes(DigestOf(0)));
+    EXPECT_EQ(received_[r].commit.contributions(1).digest(),
+              DigestBytes(DigestOf(1)));
+  }
+}
+
 TEST_F(RoundRestoreTest, ARestoredRoundHoldsNoMoreThanItsLimit) {
   std::shared_ptr<Round> round = MakeJournaledRound(3);
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(Attach(*round, r).ok());
@@ -204,7 +269,7 @@ TEST_F(RoundRestoreTest, AnAllReduceKeepsWhatItHadReduced) {
 
   round = Restart(round, 2);
   ASSERT_NE(round, nullptr);
-  Sha256 hash0, hash1;
+  ContentHasher hash0(DigestAlgorithm::kBlake3), hash1(DigestAlgorithm::kBlake3);
   hash0.Update(in0.data(), 8);
   hash1.Update(in1.data(), 8);
   absl::StatusOr<Round::ResumePoint> zero =

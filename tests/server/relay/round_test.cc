@@ -14,7 +14,7 @@
 #include "common/bounded_text.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/events/event_sink.h"
@@ -110,8 +110,8 @@ TEST_F(RoundTest, World3ForwardsHeadersThenChunksToEveryOtherRank) {
       const v1::RankDigest& digest = got.commit.contributions(c);
       EXPECT_EQ(digest.rank(), static_cast<uint32_t>(c));
       EXPECT_EQ(digest.identity(), names[c]);
-      const Sha256Digest expected = DigestOf(c);
-      EXPECT_EQ(digest.sha256(), std::string(expected.begin(), expected.end()));
+      const Digest expected = DigestOf(c);
+      EXPECT_EQ(digest.digest(), std::string(expected.begin(), expected.end()));
       EXPECT_EQ(digest.bytes(), 8u);
     }
   }
@@ -624,7 +624,7 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
   {
     // Rank 1's stream breaks; the client got only the header.
     PendingCallbacks callbacks;
-    Sha256 upload;
+    ContentHasher upload(DigestAlgorithm::kBlake3);
     upload.Update(payloads_[1].data(), kChunkBytes);
     round->StreamLost(1, "closed", absl::FromUnixSeconds(10), &callbacks,
                       std::move(upload));
@@ -642,7 +642,7 @@ TEST_F(RoundTest, ResumedStreamGoesOnFromTheFramesTheClientHas) {
   EXPECT_THAT(resumed.log, ElementsAre("chunk 0 t0 @0"));
   EXPECT_TRUE(Offer(*round, 0, 1));
   // The resumed upload hashes on from the detached stream's state.
-  Sha256 rest = std::move(point->hasher);
+  ContentHasher rest = *std::move(point->hasher);
   rest.Update(payloads_[1].data() + kChunkBytes, kChunkBytes);
   EXPECT_EQ(rest.Finish(), DigestOf(1));
   EXPECT_TRUE(Offer(*round, 1, 1));
@@ -854,8 +854,8 @@ TEST_F(RoundTest, WorldSizeOneCompletesWithItsOwnContribution) {
   const v1::RankDigest& digest = received_[0].commit.contributions(0);
   EXPECT_EQ(digest.rank(), 0u);
   EXPECT_EQ(digest.identity(), "site-a");
-  const Sha256Digest expected = DigestOf(0);
-  EXPECT_EQ(digest.sha256(), std::string(expected.begin(), expected.end()));
+  const Digest expected = DigestOf(0);
+  EXPECT_EQ(digest.digest(), std::string(expected.begin(), expected.end()));
   EXPECT_EQ(digest.bytes(), 8u);
   EXPECT_EQ(Next(*round, 0).kind, Outgoing::Kind::kNothing);
 }
@@ -881,8 +881,8 @@ TEST_F(RoundTest, BroadcastForwardsOnlyTheRootsFramesToTheOthers) {
   {
     // The non-roots send nothing: their contributions are empty.
     PendingCallbacks callbacks;
-    round->EndContribution(0, Sha256().Finish(), &callbacks);
-    round->EndContribution(2, Sha256().Finish(), &callbacks);
+    round->EndContribution(0, HashContent(DigestAlgorithm::kBlake3, nullptr, 0), &callbacks);
+    round->EndContribution(2, HashContent(DigestAlgorithm::kBlake3, nullptr, 0), &callbacks);
   }
   End(*round, 1);
   PumpAll(*round);
@@ -945,16 +945,16 @@ TEST_F(ReduceRoundTest, EveryRankGetsOnlyTheResultAndTheCommitHashesIt) {
   for (int r = 0; r < 3; ++r) EndWith(*round, r, in[r]);
   PumpAll(*round);
   const std::vector<float> sum = {111, 222};
-  Sha256 hasher;
+  ContentHasher hasher(DigestAlgorithm::kBlake3);
   hasher.Update(sum.data(), 8);
-  const Sha256Digest digest = hasher.Finish();
+  const Digest digest = hasher.Finish();
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     // One result chunk, whose "rank" is the world size, then the commit.
     EXPECT_THAT(received_[r].log, ElementsAre("chunk 3 t0 @0", "commit"));
     EXPECT_EQ(received_[r].data_by_rank[3],
               std::string(reinterpret_cast<const char*>(sum.data()), 8));
-    EXPECT_EQ(received_[r].commit.result_sha256(),
+    EXPECT_EQ(received_[r].commit.result_digest(),
               std::string(digest.begin(), digest.end()));
   }
   EXPECT_EQ(round->BufferedBytes(), 0);
@@ -1064,7 +1064,7 @@ TEST_F(ReduceRoundTest, EachRankMayCutItsChunksItsOwnWay) {
     }
   }
   for (int r = 0; r < 3; ++r) {
-    Sha256 hasher;
+    ContentHasher hasher(DigestAlgorithm::kBlake3);
     hasher.Update(in[r].data(), 4000);
     PendingCallbacks callbacks;
     round.EndContribution(r, hasher.Finish(), &callbacks);
@@ -1072,16 +1072,16 @@ TEST_F(ReduceRoundTest, EachRankMayCutItsChunksItsOwnWay) {
   }
   PumpAll(round);
   const std::string want(reinterpret_cast<const char*>(sum.data()), 4000);
-  Sha256 hasher;
+  ContentHasher hasher(DigestAlgorithm::kBlake3);
   hasher.Update(want.data(), want.size());
-  const Sha256Digest digest = hasher.Finish();
+  const Digest digest = hasher.Finish();
   for (int r = 0; r < 3; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     EXPECT_THAT(received_[r].log,
                 ElementsAre("chunk 3 t0 @0", "chunk 3 t0 @1024",
                             "chunk 3 t0 @2048", "chunk 3 t0 @3072", "commit"));
     EXPECT_TRUE(received_[r].data_by_rank[3] == want);
-    EXPECT_EQ(received_[r].commit.result_sha256(),
+    EXPECT_EQ(received_[r].commit.result_digest(),
               std::string(digest.begin(), digest.end()));
   }
   EXPECT_EQ(round.BufferedBytes(), 0);

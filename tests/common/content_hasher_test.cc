@@ -86,10 +86,15 @@ void ExpectMatchesTool(DigestAlgorithm algorithm, const std::string& tool) {
     EXPECT_EQ(DigestToHex(HashContent(algorithm, bytes.data(), bytes.size())),
               expected)
         << DigestAlgorithmName(algorithm) << ", " << size << " bytes";
-    EXPECT_EQ(DigestToHex(HashInPieces(algorithm, bytes, {1, 1000, 4097, 7})),
-              expected)
-        << DigestAlgorithmName(algorithm) << " in pieces, " << size
-        << " bytes";
+    // Small pieces, then pieces around and past the 16 KiB runs the BLAKE3
+    // hasher stages its input into.
+    for (const std::vector<size_t>& cuts :
+         std::vector<std::vector<size_t>>{{1, 1000, 4097, 7},
+                                          {16371, 16384, 40000, 3, 70001}}) {
+      EXPECT_EQ(DigestToHex(HashInPieces(algorithm, bytes, cuts)), expected)
+          << DigestAlgorithmName(algorithm) << " in pieces of " << cuts[0]
+          << ".., " << size << " bytes";
+    }
   }
 }
 

@@ -47,7 +47,7 @@
 #include "common/chunk_sequence.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/sha256.h"
+#include "common/content_hasher.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/membership/group_config.h"
@@ -72,12 +72,9 @@ const absl::Time kStart = absl::FromUnixSeconds(1000000);
 
 std::string Identity(int index) { return absl::StrCat("site-", index); }
 
-std::string Sha(const std::string& bytes) {
-  Sha256 hasher;
-  hasher.Update(bytes.data(), bytes.size());
-  const Sha256Digest digest = hasher.Finish();
-  return std::string(reinterpret_cast<const char*>(digest.data()),
-                     digest.size());
+// The digest of `bytes` in `algorithm`, as the wire carries it.
+std::string DigestOf(DigestAlgorithm algorithm, const std::string& bytes) {
+  return DigestBytes(HashContent(algorithm, bytes.data(), bytes.size()));
 }
 
 // Input reads the fuzz bytes front to back; zeros once they run out.
@@ -258,7 +255,7 @@ struct SimStream : public RoundStream {
   Fingerprint fingerprint;
   Fingerprint upload;
   std::optional<ChunkSequence> sequence;  // refers to `upload`
-  Sha256 hasher;
+  std::optional<ContentHasher> hasher;  // in the round's algorithm
   v1::Op op = v1::OP_UNSPECIFIED;
   bool ended = false;   // its end was accepted (or resumed as ended)
   bool reading = true;  // false after the reactor rejected a frame
@@ -359,6 +356,8 @@ void Simulation::Setup() {
   const int quorum = in_.Byte();
   config_.min_quorum = (quorum & 0x80) ? quorum % (world + 1) : 0;
   config_.round_deadline = absl::Seconds(quorum & 0x40 ? 5 : 0);
+  config_.digest =
+      (quorum & 0x20) ? DigestAlgorithm::kSha256 : DigestAlgorithm::kBlake3;
   for (int i = 0; i < world; ++i) config_.members.push_back(Identity(i));
   group_ = std::make_unique<GroupState>(config_, limits_);
   for (int i = 0; i < kMaxWorld; ++i) {
@@ -447,7 +446,7 @@ void Simulation::Header(Client& c, bool resume, int mutation) {
   if (resume) {
     header.set_resume(true);
     header.set_frames_received(mine.got.size());
-    header.set_contribution_sha256(Sha(mine.contribution));
+    header.set_contribution_digest(DigestOf(config_.digest, mine.contribution));
   }
   switch (mutation) {
     case 1:
@@ -488,7 +487,7 @@ void Simulation::Header(Client& c, bool resume, int mutation) {
           static_cast<int>(std::min<size_t>(mine.got.size(), 200)) + 1));
       break;
     case 12:
-      header.set_contribution_sha256(in_.Bytes(in_.Below(2) ? 32 : 3, 0));
+      header.set_contribution_digest(in_.Bytes(in_.Below(2) ? 32 : 3, 0));
       break;
     default:
       break;
@@ -536,6 +535,7 @@ void Simulation::Header(Client& c, bool resume, int mutation) {
   s->fingerprint = *std::move(fingerprint);
   s->upload = std::move(sent);
   s->sequence.emplace(s->upload, limits_.max_chunk_bytes);
+  s->hasher.emplace((*found)->digest_algorithm());
   s->rank = static_cast<int>(header.rank());
   s->op = header.op();
   s->round = *found;
@@ -559,7 +559,7 @@ void Simulation::Header(Client& c, bool resume, int mutation) {
         Settle(callbacks);
         return;
       }
-      s->hasher = std::move(point->hasher);
+      if (point->hasher.has_value()) s->hasher = std::move(point->hasher);
       s->ended = point->upload_ended;
     } else {
       attached = point.status();
@@ -681,7 +681,7 @@ void Simulation::Chunk(Client& c, int size, int mutation) {
       return s_.sequence->Accept(meta.tensor_index, meta.offset, meta.size);
     }
     void Data(const uint8_t* data, size_t size) override {
-      s_.hasher.Update(data, size);
+      s_.hasher->Update(data, size);
       bytes_.append(reinterpret_cast<const char*>(data), size);
     }
     SimStream& s_;
@@ -742,15 +742,15 @@ void Simulation::End(Client& c, int mutation) {
     Reject(*s, absl::InvalidArgumentError("the end names another rank"));
     return;
   }
-  const Sha256Digest actual = s->hasher.Finish();
-  Sha256Digest claimed = actual;
+  const Digest actual = s->hasher->Finish();
+  Digest claimed = actual;
   if (mutation == 2) claimed[in_.Below(32)] ^= 1 + in_.Below(255);
   if (mutation == 3) {
-    Reject(*s, absl::InvalidArgumentError("sha256 must hold 32 bytes"));
+    Reject(*s, absl::InvalidArgumentError("the digest must hold 32 bytes"));
     return;
   }
   if (claimed != actual) {
-    Reject(*s, absl::DataLossError("the declared SHA-256 does not match"));
+    Reject(*s, absl::DataLossError("the declared digest does not match"));
     return;
   }
   s->ended = true;
@@ -1173,6 +1173,9 @@ void Simulation::CheckCommit(const RoundKey& key, RoundRecord& record,
       commit.seq() != key.second) {
     Violation(name + "the commit names another round");
   }
+  if (commit.digest_algorithm() != DigestAlgorithmToProto(config_.digest)) {
+    Violation(name + "the commit names another digest algorithm");
+  }
   // The contributors: every rank that attached, in rank order.
   std::vector<int> contributors;
   for (int r = 0; r < record.world; ++r) {
@@ -1187,7 +1190,7 @@ void Simulation::CheckCommit(const RoundKey& key, RoundRecord& record,
     const v1::RankDigest& digest = commit.contributions(static_cast<int>(i));
     const RankRecord& from = record.ranks[contributors[i]];
     if (digest.rank() != static_cast<uint32_t>(contributors[i]) ||
-        digest.sha256() != Sha(from.contribution) ||
+        digest.digest() != DigestOf(config_.digest, from.contribution) ||
         digest.bytes() != from.contribution.size()) {
       Violation(absl::StrCat(
           name, "the commit's entry ", i, " (rank ", digest.rank(), ", ",
@@ -1223,8 +1226,8 @@ void Simulation::CheckCommit(const RoundKey& key, RoundRecord& record,
       result[tensor] += got.data;
       all += got.data;
     }
-    if (commit.result_sha256() != Sha(all)) {
-      Violation(name + "result_sha256 does not cover the result");
+    if (commit.result_digest() != DigestOf(config_.digest, all)) {
+      Violation(name + "result_digest does not cover the result");
     }
     double weight_sum = 0;
     std::vector<double> weights(record.world, 1);

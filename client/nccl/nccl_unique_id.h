@@ -13,7 +13,7 @@ namespace fedgather {
 // ShareNcclUniqueId: rank 0 of `group` creates an ncclUniqueId
 // (ncclGetUniqueId) and every member receives it over the group's
 // authenticated collective, so only the members the policy admitted to this
-// epoch get it; the server's audit log records its SHA-256, never its
+// epoch get it; the server's audit log records its digest, never its
 // bytes, and nothing logs them. It is a collective (one ALL_GATHER_BYTES
 // seq): every member calls it at the same point, and it blocks until it
 // completes. Rank 0's failure to create one is FAILED_PRECONDITION on every

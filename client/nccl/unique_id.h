@@ -23,7 +23,7 @@ using NcclUniqueIdBytes = std::array<uint8_t, kNcclUniqueIdBytes>;
 // the group's authenticated collective (one ALL_GATHER_BYTES: rank 0's
 // contribution is the id, the others' are empty), so they reach only the
 // members the server's policy admitted to this epoch, and the audit log
-// records only the contribution's SHA-256. Nothing here logs the bytes.
+// records only the contribution's digest. Nothing here logs the bytes.
 // When `create` fails on rank 0, every rank fails with FAILED_PRECONDITION
 // carrying rank 0's error. Blocks; a collective of `group` (it spends one
 // seq, so every member must call it at the same point).

@@ -743,6 +743,37 @@ TEST_F(GroupStateTest, ReconfigureKeepingTheMembersLeavesTheEpochAlone) {
   EXPECT_TRUE(Find("site-a", 0, 1).ok());
 }
 
+// The digest algorithm is fixed when an epoch forms: a reload that changes
+// it leaves the formed epoch's rounds as they were and names the next
+// epoch's.
+TEST_F(GroupStateTest, AReloadChangesTheDigestAlgorithmOfTheNextEpochOnly) {
+  MakeGroup();
+  Form();
+  EXPECT_EQ(Session("site-a")->joined[0].digest_algorithm(),
+            v1::DIGEST_BLAKE3);
+  GroupConfig sha256 = DemoConfig(3, {"site-a", "site-b", "site-c"});
+  sha256.digest = DigestAlgorithm::kSha256;
+  {
+    PendingCallbacks callbacks;
+    group_->Reconfigure(sha256, &callbacks);
+    callbacks.Run();
+  }
+  absl::StatusOr<std::shared_ptr<Round>> round = Find("site-a", 0, 0);
+  ASSERT_TRUE(round.ok()) << round.status();
+  EXPECT_EQ((*round)->digest_algorithm(), DigestAlgorithm::kBlake3);
+
+  LoseSession("site-a", At(1));  // no resume grace: the epoch ends
+  sessions_.clear();
+  Form(At(2));
+  const v1::Joined& joined = Session("site-a")->joined[0];
+  EXPECT_EQ(joined.epoch(), 2u);
+  EXPECT_EQ(joined.digest_algorithm(), v1::DIGEST_SHA256);
+  absl::StatusOr<std::shared_ptr<Round>> next =
+      Find("site-a", 0, 0, /*epoch=*/2, At(2));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ((*next)->digest_algorithm(), DigestAlgorithm::kSha256);
+}
+
 TEST_F(GroupStateTest, ReconfigureRemovingAMemberClosesTheEpoch) {
   MakeGroup();
   Form();

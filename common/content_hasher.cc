@@ -1,7 +1,7 @@
 #include "common/content_hasher.h"
 
 #include <algorithm>
-#include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -58,7 +58,9 @@ namespace {
 // at 40% of BLAKE3's speed and 4 KiB ones at 20% (bench/digest_benchmark).
 // So the hasher stages what it is given into runs of kBlake3Run bytes and
 // hands BLAKE3 only whole runs until Finish; a piece that covers whole runs
-// goes through without a copy.
+// goes through without a copy. The staging memory grows with what is staged
+// (a client holds one hasher per rank, and a contribution may be a few
+// bytes), up to one run.
 constexpr size_t kBlake3Run = size_t{16} << 10;
 
 }  // namespace
@@ -68,24 +70,21 @@ struct ContentHasher::State {
   std::optional<Sha256> sha256;
   blake3_hasher blake3;
   // BLAKE3: the bytes of the current run not yet handed over.
-  alignas(64) uint8_t run[kBlake3Run];
-  size_t staged = 0;
+  std::string run;
 
-  void UpdateBlake3(const uint8_t* data, size_t size) {
-    if (staged > 0) {
-      const size_t take = std::min(size, kBlake3Run - staged);
-      std::memcpy(run + staged, data, take);
-      staged += take;
+  void UpdateBlake3(const char* data, size_t size) {
+    if (!run.empty()) {
+      const size_t take = std::min(size, kBlake3Run - run.size());
+      run.append(data, take);
       data += take;
       size -= take;
-      if (staged < kBlake3Run) return;
-      blake3_hasher_update(&blake3, run, kBlake3Run);
-      staged = 0;
+      if (run.size() < kBlake3Run) return;
+      blake3_hasher_update(&blake3, run.data(), run.size());
+      run.clear();
     }
     const size_t whole = size - size % kBlake3Run;
     if (whole > 0) blake3_hasher_update(&blake3, data, whole);
-    std::memcpy(run, data + whole, size - whole);
-    staged = size - whole;
+    run.append(data + whole, size - whole);
   }
 };
 
@@ -108,14 +107,14 @@ void ContentHasher::Update(const void* data, size_t size) {
   if (algorithm_ == DigestAlgorithm::kSha256) {
     state_->sha256->Update(data, size);
   } else {
-    state_->UpdateBlake3(static_cast<const uint8_t*>(data), size);
+    state_->UpdateBlake3(static_cast<const char*>(data), size);
   }
 }
 
 Digest ContentHasher::Finish() {
   if (algorithm_ == DigestAlgorithm::kSha256) return state_->sha256->Finish();
-  blake3_hasher_update(&state_->blake3, state_->run, state_->staged);
-  state_->staged = 0;
+  blake3_hasher_update(&state_->blake3, state_->run.data(), state_->run.size());
+  state_->run.clear();
   Digest digest{};
   blake3_hasher_finalize(&state_->blake3, digest.data(), digest.size());
   return digest;

@@ -306,7 +306,10 @@ void UsePem(SSL_CTX* ctx, const KeyAndCert& mine, const std::string& ca_pem) {
 
 Run RunRaw(bool tls, const Pki& pki, const std::vector<uint8_t>& input,
            std::vector<uint8_t>* output, size_t message) {
-  auto [sending, receiving] = SocketPair();
+  // Plain ints, not a structured binding: C++17 lambdas cannot capture one.
+  const std::pair<int, int> sockets = SocketPair();
+  const int sending = sockets.first;
+  const int receiving = sockets.second;
   SSL_CTX* client_ctx = nullptr;
   SSL_CTX* server_ctx = nullptr;
   SSL* client = nullptr;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/client.h"
+#include "common/content_hasher.h"
 #include "common/status_macros.h"
 
 namespace fedgather::cli {
@@ -133,6 +134,11 @@ absl::Status RunStatus(const AdminCommandOptions& options, std::ostream& out) {
     if (group.min_quorum() > 0) out << ", quorum " << group.min_quorum();
     out << ", " << (group.formed() ? "formed" : "not formed");
     if (group.epoch() > 0) out << ", epoch " << group.epoch();
+    absl::StatusOr<DigestAlgorithm> digest =
+        DigestAlgorithmFromProto(group.digest_algorithm(), "the status");
+    out << ", digest "
+        << (digest.ok() ? DigestAlgorithmName(*digest)
+                        : absl::StrCat(group.digest_algorithm()));
     out << "\n";
     if (group.members_size() > 0) {
       out << absl::StrFormat("  %-5s %-40s %s\n", "rank", "identity",

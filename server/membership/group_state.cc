@@ -759,6 +759,7 @@ GroupState::Snapshot GroupState::GetSnapshot() const {
   snapshot.config = config_;
   snapshot.formed = formed_;
   snapshot.epoch = epoch_;
+  snapshot.digest = formed_ ? digest_ : config_.digest;
   for (const Member& m : members_) {
     snapshot.members.push_back({m.identity, !m.disconnected});
   }

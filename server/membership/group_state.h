@@ -199,6 +199,8 @@ class GroupState {
     GroupConfig config;
     bool formed = false;
     uint64_t epoch = 0;
+    // The formed epoch's digest algorithm, else the next epoch's.
+    DigestAlgorithm digest = DigestAlgorithm::kBlake3;
     std::vector<MemberSnapshot> members;  // by rank, when formed
     std::vector<std::string> waiting;     // identities waiting to form
     std::vector<Round::Progress> rounds;

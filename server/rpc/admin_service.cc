@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/content_hasher.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -29,6 +30,7 @@ void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
   out->set_min_quorum(snapshot.config.min_quorum);
   out->set_formed(snapshot.formed);
   out->set_epoch(snapshot.epoch);
+  out->set_digest_algorithm(DigestAlgorithmToProto(snapshot.digest));
   for (size_t r = 0; r < snapshot.members.size(); ++r) {
     v1::Member* member = out->add_members();
     member->set_rank(static_cast<uint32_t>(r));

@@ -144,6 +144,7 @@ TEST(CliTest, AdminCommandsStatusRevokeReloadAndAbort) {
   CliResult allowed = RunCli(cluster, with(as("site-1"), {"status"}));
   EXPECT_EQ(allowed.exit_code, 0) << allowed.err;
   EXPECT_THAT(allowed.out, HasSubstr("group demo (your role: participant)"));
+  EXPECT_THAT(allowed.out, HasSubstr("not formed, digest blake3"));
 }
 
 // Runs `fedgather join --op OP --rank i` for sites 0..world-1 on `inputs`

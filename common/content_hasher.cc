@@ -43,7 +43,7 @@ absl::StatusOr<DigestAlgorithm> DigestAlgorithmFromProto(
       return absl::InvalidArgumentError(
           absl::StrCat(where, " names digest algorithm ",
                        static_cast<int>(value),
-                       ", which this server does not know (1: SHA-256, "
+                       ", which this fedgather does not know (1: SHA-256, "
                        "2: BLAKE3)"));
   }
 }

@@ -36,7 +36,7 @@ v1::DigestAlgorithm DigestAlgorithmToProto(DigestAlgorithm algorithm);
 
 // DigestAlgorithmFromProto reads a wire value: UNSPECIFIED is SHA-256 (what
 // a digest meant before the field existed). INVALID_ARGUMENT, naming
-// `where`, for a number this server does not know.
+// `where`, for a number this build does not know.
 absl::StatusOr<DigestAlgorithm> DigestAlgorithmFromProto(
     v1::DigestAlgorithm value, absl::string_view where);
 

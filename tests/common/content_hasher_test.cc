@@ -147,7 +147,7 @@ TEST(ContentHasherTest, NamesAndWireValuesRoundTrip) {
           .status();
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(unknown.message(),
-            "rank 2's header names digest algorithm 9, which this server does "
+            "rank 2's header names digest algorithm 9, which this fedgather does "
             "not know (1: SHA-256, 2: BLAKE3)");
 }
 

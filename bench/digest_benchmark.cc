@@ -48,9 +48,13 @@ void Hash(benchmark::State& state, DigestAlgorithm algorithm) {
                           static_cast<int64_t>(kBuffer));
 }
 BENCHMARK_CAPTURE(Hash, sha256, DigestAlgorithm::kSha256)
-    ->Args({1 << 20, 0})->Args({16 << 10, 0})->Args({16 << 10, 13});
+    ->Args({1 << 20, 0})
+    ->Args({16 << 10, 0})
+    ->Args({16 << 10, 13});
 BENCHMARK_CAPTURE(Hash, blake3, DigestAlgorithm::kBlake3)
-    ->Args({1 << 20, 0})->Args({16 << 10, 0})->Args({16 << 10, 13})
+    ->Args({1 << 20, 0})
+    ->Args({16 << 10, 0})
+    ->Args({16 << 10, 13})
     ->Args({4 << 10, 13});
 
 // A receiver's work for 64 MiB arriving in 16 KiB pieces: copy each into a

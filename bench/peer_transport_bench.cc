@@ -20,6 +20,10 @@
 //   transport,bytes,message_bytes,seconds,GBps,cpu_s_per_GB
 // one line per repetition (the median is for the reader).
 #include <arpa/inet.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/client_callback.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
@@ -28,11 +32,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/support/client_callback.h>
 
 #include <chrono>
 #include <cstdint>
@@ -126,8 +125,7 @@ class Receiver : public grpc::CallbackGenericService {
       if (!buffer_.Dump(&slices).ok()) Die("a message did not dump");
       for (const grpc::Slice& slice : slices) {
         if (at_ + slice.size() > owner_->output_->size()) Die("too many bytes");
-        std::memcpy(owner_->output_->data() + at_, slice.begin(),
-                    slice.size());
+        std::memcpy(owner_->output_->data() + at_, slice.begin(), slice.size());
         at_ += slice.size();
       }
       if (at_ == owner_->output_->size()) owner_->done_->Notify();
@@ -146,8 +144,8 @@ class Receiver : public grpc::CallbackGenericService {
 };
 
 // The sending end: writes `input` as zero-copy slices of `message` bytes.
-class Sender : public grpc::ClientBidiReactor<grpc::ByteBuffer,
-                                              grpc::ByteBuffer> {
+class Sender
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   Sender(grpc::GenericStub* stub, const std::vector<uint8_t>& input,
          size_t message)
@@ -207,15 +205,16 @@ Run RunGrpc(bool tls, bool tuned, const Pki& pki,
             size_t message) {
   absl::Notification received;
   Receiver receiver(output, &received);
-  TlsFiles server_files{pki.server.cert_pem, pki.server.key_pem, pki.ca.cert_pem};
-  TlsFiles client_files{pki.client.cert_pem, pki.client.key_pem, pki.ca.cert_pem};
+  TlsFiles server_files{pki.server.cert_pem, pki.server.key_pem,
+                        pki.ca.cert_pem};
+  TlsFiles client_files{pki.client.cert_pem, pki.client.key_pem,
+                        pki.ca.cert_pem};
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(
-      "127.0.0.1:0",
-      tls ? MakeServerCredentials(server_files)
-          : grpc::InsecureServerCredentials(),
-      &port);
+  builder.AddListeningPort("127.0.0.1:0",
+                           tls ? MakeServerCredentials(server_files)
+                               : grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterCallbackGenericService(&receiver);
   builder.SetMaxReceiveMessageSize(-1);
   if (tuned) {
@@ -232,11 +231,11 @@ Run RunGrpc(bool tls, bool tuned, const Pki& pki,
     RaiseFramingSizes(
         [&](const char* key, int value) { args.SetInt(key, value); });
   }
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      "127.0.0.1:" + std::to_string(port),
-      tls ? MakeChannelCredentials(client_files)
-          : grpc::InsecureChannelCredentials(),
-      args);
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port),
+                                tls ? MakeChannelCredentials(client_files)
+                                    : grpc::InsecureChannelCredentials(),
+                                args);
   if (!channel->WaitForConnected(std::chrono::system_clock::now() +
                                  std::chrono::seconds(10))) {
     Die("the gRPC channel did not connect");
@@ -253,7 +252,7 @@ Run RunGrpc(bool tls, bool tuned, const Pki& pki,
   return {std::chrono::duration<double>(t1 - t0).count(), cpu1 - cpu0};
 }
 
-// ---- raw sockets: TCP, and OpenSSL TLS 1.3 on it ------------------------------
+// ---- raw sockets: TCP, and OpenSSL TLS 1.3 on it ----------------------------
 
 // A connected pair of loopback TCP sockets: {sending end, receiving end}.
 std::pair<int, int> SocketPair() {

@@ -67,7 +67,9 @@ absl::Status CollectiveCall::Prepare() {
     }
   }
   parts_.reserve(setup_.world_size + 1);
-  for (int r = 0; r < setup_.world_size; ++r) parts_.emplace_back(setup_.digest);
+  for (int r = 0; r < setup_.world_size; ++r) {
+    parts_.emplace_back(setup_.digest);
+  }
   if (setup_.op == v1::ALL_REDUCE) {
     // Nothing of this rank's goes to the target; the result does.
     Part& result = parts_.emplace_back(setup_.digest);
@@ -374,12 +376,12 @@ absl::Status CollectiveCall::HandleCommit(const v1::Commit& commit) {
   absl::StatusOr<DigestAlgorithm> algorithm =
       DigestAlgorithmFromProto(commit.digest_algorithm(), "the commit");
   if (!algorithm.ok() || *algorithm != setup_.digest) {
-    return absl::DataLossError(absl::StrCat(
-        "the commit names its digests in ",
-        algorithm.ok() ? DigestAlgorithmName(*algorithm)
-                       : algorithm.status().message(),
-        " but the epoch names contributions by ",
-        DigestAlgorithmName(setup_.digest)));
+    return absl::DataLossError(
+        absl::StrCat("the commit names its digests in ",
+                     algorithm.ok() ? DigestAlgorithmName(*algorithm)
+                                    : algorithm.status().message(),
+                     " but the epoch names contributions by ",
+                     DigestAlgorithmName(setup_.digest)));
   }
   std::vector<bool> listed(setup_.world_size, false);
   int previous = -1;

@@ -36,9 +36,9 @@
 #include "client/server_liveness.h"
 #include "common/chunk_sequence.h"
 #include "common/clock.h"
+#include "common/content_hasher.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/content_hasher.h"
 #include "common/tensor_spec.h"
 #include "fedgather/v1/fedgather.pb.h"
 
@@ -216,7 +216,7 @@ class CollectiveCall {
   size_t write_tensor_ = 0;
   int64_t write_offset_ = 0;
   bool end_sent_ = false;
-  ContentHasher own_hasher_;  // hashes each chunk as it is sent
+  ContentHasher own_hasher_;       // hashes each chunk as it is sent
   bool own_digest_known_ = false;  // a resume computed it up front
   Digest own_digest_{};
 

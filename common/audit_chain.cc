@@ -16,9 +16,9 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/content_hasher.h"
 #include "common/file_io.h"
 #include "common/openssl_util.h"
-#include "common/content_hasher.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -28,10 +28,11 @@ namespace {
 // The keys of every record, in order; `sig` sits between details and prev
 // on anchors only.
 constexpr const char* kRecordKeys[] = {
-    "seq",    "time",    "identity",         "peer",   "action",
-    "group",  "epoch",   "collective_seq",   "rank",   "op",
-    "bytes",  "digest_algorithm", "digest",  "digests", "outcome",
-    "reason", "details", "prev"};
+    "seq",     "time",    "identity", "peer",
+    "action",  "group",   "epoch",    "collective_seq",
+    "rank",    "op",      "bytes",    "digest_algorithm",
+    "digest",  "digests", "outcome",  "reason",
+    "details", "prev"};
 // The keys of a record written before digests named their algorithm
 // (every digest in it is a SHA-256): "sha256" where "digest_algorithm" and
 // "digest" are now.
@@ -44,15 +45,15 @@ constexpr const char* kSha256RecordKeys[] = {
 // digest_algorithm this build knows (null, "sha256" or "blake3").
 absl::Status CheckRecordKeys(const nlohmann::json& json) {
   const bool legacy = json.contains("sha256");
-  if (legacy && (json.contains("digest") || json.contains("digest_algorithm"))) {
+  if (legacy &&
+      (json.contains("digest") || json.contains("digest_algorithm"))) {
     return absl::DataLossError(
         "it has both the old \"sha256\" key and the \"digest\" keys");
   }
   auto check = [&](const auto& keys) {
     for (const char* key : keys) {
       if (!json.contains(key)) {
-        return absl::DataLossError(
-            absl::StrCat("it has no \"", key, "\" key"));
+        return absl::DataLossError(absl::StrCat("it has no \"", key, "\" key"));
       }
     }
     return absl::OkStatus();

@@ -230,8 +230,8 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
                           Scalar(item.second, where.In("digest")));
       const std::optional<DigestAlgorithm> digest = ParseDigestAlgorithm(name);
       if (!digest.has_value()) {
-        return where.In("digest").Error(absl::StrCat(
-            "is '", name, "' (expected blake3 or sha256)"));
+        return where.In("digest").Error(
+            absl::StrCat("is '", name, "' (expected blake3 or sha256)"));
       }
       group.digest = *digest;
     } else if (key == "members") {

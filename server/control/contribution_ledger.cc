@@ -40,8 +40,7 @@ std::vector<bool> ContributionLedger::Close() {
   return contributes;
 }
 
-bool ContributionLedger::End(int rank, const Digest& digest,
-                             int64_t bytes) {
+bool ContributionLedger::End(int rank, const Digest& digest, int64_t bytes) {
   RankEntry& entry = ranks_[rank];
   if (entry.digest.has_value()) return false;
   entry.digest = digest;

@@ -22,8 +22,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/fingerprint.h"
 #include "common/digest.h"
+#include "common/fingerprint.h"
 #include "fedgather/v1/fedgather.pb.h"
 
 namespace fedgather::server {
@@ -58,10 +58,11 @@ class RoundAgreement {
   // first, or the digest not the one it declared before or ended its
   // upload with (`ended`): these set *equivocation. INVALID_ARGUMENT
   // without it when the header declares no digest.
-  absl::StatusOr<Digest> CheckResume(
-      int rank, const v1::CollectiveHeader& header,
-      const Fingerprint& fingerprint, const std::optional<Digest>& ended,
-      bool* equivocation);
+  absl::StatusOr<Digest> CheckResume(int rank,
+                                     const v1::CollectiveHeader& header,
+                                     const Fingerprint& fingerprint,
+                                     const std::optional<Digest>& ended,
+                                     bool* equivocation);
   // DeclaredOther is true when a resume of `rank` declared a digest
   // other than `digest` (the upload that ended is then an equivocation).
   bool DeclaredOther(int rank, const Digest& digest) const;
@@ -72,8 +73,8 @@ class RoundAgreement {
  private:
   struct RankAgreement {
     bool accepted = false;
-    v1::CollectiveHeader header;                  // its first header
-    Fingerprint fingerprint;                      // and its tensors
+    v1::CollectiveHeader header;            // its first header
+    Fingerprint fingerprint;                // and its tensors
     std::optional<Digest> declared_digest;  // as a resume declared
   };
 

@@ -38,8 +38,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/frame_codec.h"
 #include "common/content_hasher.h"
+#include "common/frame_codec.h"
 #include "server/events/pending_callbacks.h"
 
 namespace fedgather::server {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 #include <utility>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "blake3.h"
@@ -40,11 +41,10 @@ absl::StatusOr<DigestAlgorithm> DigestAlgorithmFromProto(
     case v1::DIGEST_BLAKE3:
       return DigestAlgorithm::kBlake3;
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, " names digest algorithm ",
-                       static_cast<int>(value),
-                       ", which this fedgather does not know (1: SHA-256, "
-                       "2: BLAKE3)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, " names digest algorithm ", static_cast<int>(value),
+          ", which this fedgather does not know (1: SHA-256, "
+          "2: BLAKE3)"));
   }
 }
 
@@ -63,61 +63,79 @@ namespace {
 // bytes), up to one run.
 constexpr size_t kBlake3Run = size_t{16} << 10;
 
-}  // namespace
+// BLAKE3 over runs of kBlake3Run bytes, as above.
+class Blake3Stream {
+ public:
+  Blake3Stream() { blake3_hasher_init(&hasher_); }
 
-// One of the two is live, as algorithm_ says.
-struct ContentHasher::State {
-  std::optional<Sha256> sha256;
-  blake3_hasher blake3;
-  // BLAKE3: the bytes of the current run not yet handed over.
-  std::string run;
-
-  void UpdateBlake3(const char* data, size_t size) {
-    if (!run.empty()) {
-      const size_t take = std::min(size, kBlake3Run - run.size());
-      run.append(data, take);
+  void Update(const char* data, size_t size) {
+    if (!run_.empty()) {
+      const size_t take = std::min(size, kBlake3Run - run_.size());
+      run_.append(data, take);
       data += take;
       size -= take;
-      if (run.size() < kBlake3Run) return;
-      blake3_hasher_update(&blake3, run.data(), run.size());
-      run.clear();
+      if (run_.size() < kBlake3Run) return;
+      blake3_hasher_update(&hasher_, run_.data(), run_.size());
+      run_.clear();
     }
     const size_t whole = size - size % kBlake3Run;
-    if (whole > 0) blake3_hasher_update(&blake3, data, whole);
-    run.append(data + whole, size - whole);
+    if (whole > 0) blake3_hasher_update(&hasher_, data, whole);
+    run_.append(data + whole, size - whole);
   }
+
+  Digest Finish() {
+    blake3_hasher_update(&hasher_, run_.data(), run_.size());
+    run_.clear();
+    Digest digest{};
+    blake3_hasher_finalize(&hasher_, digest.data(), digest.size());
+    return digest;
+  }
+
+ private:
+  blake3_hasher hasher_;
+  std::string run_;  // the bytes of the current run not yet handed over
+};
+
+using Hash = std::variant<Sha256, Blake3Stream>;
+
+Hash NewHash(DigestAlgorithm algorithm) {
+  if (algorithm == DigestAlgorithm::kBlake3) return Blake3Stream();
+  return Sha256();
+}
+
+}  // namespace
+
+// The live hash; which one it is, is the algorithm.
+struct ContentHasher::State {
+  Hash hash;
 };
 
 ContentHasher::ContentHasher(DigestAlgorithm algorithm)
-    : algorithm_(algorithm), state_(std::make_unique<State>()) {
-  if (algorithm_ == DigestAlgorithm::kSha256) {
-    state_->sha256.emplace();
-  } else {
-    blake3_hasher_init(&state_->blake3);
-  }
-}
+    : state_(std::make_unique<State>(State{NewHash(algorithm)})) {}
 
 ContentHasher::~ContentHasher() = default;
 ContentHasher::ContentHasher(ContentHasher&& other) noexcept = default;
 ContentHasher& ContentHasher::operator=(ContentHasher&& other) noexcept =
     default;
 
+DigestAlgorithm ContentHasher::algorithm() const {
+  return std::holds_alternative<Sha256>(state_->hash)
+             ? DigestAlgorithm::kSha256
+             : DigestAlgorithm::kBlake3;
+}
+
 void ContentHasher::Update(const void* data, size_t size) {
   if (size == 0) return;
-  if (algorithm_ == DigestAlgorithm::kSha256) {
-    state_->sha256->Update(data, size);
+  if (Sha256* sha256 = std::get_if<Sha256>(&state_->hash)) {
+    sha256->Update(data, size);
   } else {
-    state_->UpdateBlake3(static_cast<const char*>(data), size);
+    std::get<Blake3Stream>(state_->hash)
+        .Update(static_cast<const char*>(data), size);
   }
 }
 
 Digest ContentHasher::Finish() {
-  if (algorithm_ == DigestAlgorithm::kSha256) return state_->sha256->Finish();
-  blake3_hasher_update(&state_->blake3, state_->run.data(), state_->run.size());
-  state_->run.clear();
-  Digest digest{};
-  blake3_hasher_finalize(&state_->blake3, digest.data(), digest.size());
-  return digest;
+  return std::visit([](auto& hash) { return hash.Finish(); }, state_->hash);
 }
 
 Digest HashContent(DigestAlgorithm algorithm, const void* data, size_t size) {

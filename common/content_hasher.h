@@ -55,11 +55,10 @@ class ContentHasher {
   void Update(const void* data, size_t size);
   Digest Finish();
 
-  DigestAlgorithm algorithm() const { return algorithm_; }
+  DigestAlgorithm algorithm() const;
 
  private:
   struct State;
-  DigestAlgorithm algorithm_;
   std::unique_ptr<State> state_;
 };
 

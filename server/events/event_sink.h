@@ -62,7 +62,7 @@ struct ServerEvent {
   std::string identity;         // empty when not about one identity
   std::string peer;             // the caller's address, where known
   v1::Op op = v1::OP_UNSPECIFIED;
-  int64_t bytes = 0;       // payload bytes, where meaningful
+  int64_t bytes = 0;  // payload bytes, where meaningful
   // The algorithm ("blake3", "sha256") of digest_hex and contributions.
   std::string digest_algorithm;
   std::string digest_hex;  // a contribution's or an ALL_REDUCE result's

@@ -54,7 +54,7 @@ class GroupJournal {
     std::vector<std::string> identities;  // by rank
     // The epoch's digest algorithm (SHA-256 for a kFormed record).
     DigestAlgorithm digest = DigestAlgorithm::kSha256;
-    std::vector<uint64_t> next_seq;       // by rank, from kStarted
+    std::vector<uint64_t> next_seq;             // by rank, from kStarted
     std::map<uint64_t, absl::Status> outcomes;  // kFinished
     std::map<uint64_t, std::string> rounds;     // seq -> round journal path
   };

@@ -793,8 +793,7 @@ void Round::CloseQuorum(PendingCallbacks* callbacks) {
   if (!finished() && !ledger_.closed()) CloseQuorumLocked(callbacks);
 }
 
-void Round::Restored(absl::Time now,
-                     std::vector<ContentHasher> upload_hashers,
+void Round::Restored(absl::Time now, std::vector<ContentHasher> upload_hashers,
                      std::unique_ptr<RoundRecorder> recorder) {
   absl::MutexLock lock(&mu_);
   recorder_ = std::move(recorder);

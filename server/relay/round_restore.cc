@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/content_hasher.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/content_hasher.h"
 #include "server/journal/journal_file.h"
 #include "server/relay/journal_recorder.h"
 
@@ -138,10 +138,10 @@ absl::StatusOr<RestoredRound> RestoreRound(RoundOptions options,
               return bad("an end record holds no 32-byte digest");
             }
             if (ended != algorithm) {
-              return bad(absl::StrCat(
-                  "rank ", rank, "'s end record holds a ",
-                  DigestAlgorithmName(ended), " digest but the epoch uses ",
-                  DigestAlgorithmName(algorithm)));
+              return bad(absl::StrCat("rank ", rank, "'s end record holds a ",
+                                      DigestAlgorithmName(ended),
+                                      " digest but the epoch uses ",
+                                      DigestAlgorithmName(algorithm)));
             }
             round->EndContribution(rank, digest, &replayed);
             return absl::OkStatus();

@@ -28,8 +28,8 @@ absl::Status CheckDigestAlgorithm(const v1::CollectiveHeader& header,
       header.digest_algorithm() == v1::DIGEST_ALGORITHM_UNSPECIFIED
           ? " (unset, which means sha256)"
           : "",
-      " but the epoch names contributions by ",
-      DigestAlgorithmName(expected), " (Joined.digest_algorithm)"));
+      " but the epoch names contributions by ", DigestAlgorithmName(expected),
+      " (Joined.digest_algorithm)"));
 }
 
 }  // namespace
@@ -301,8 +301,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     valid = CheckFingerprintForOp(header.op(), *fingerprint, rank_name);
   }
   if (valid.ok()) {
-    valid = CheckDigestAlgorithm(header, (*found)->digest_algorithm(),
-                                 rank_name);
+    valid =
+        CheckDigestAlgorithm(header, (*found)->digest_algorithm(), rank_name);
   }
   if (!valid.ok()) return fail_round(valid);
   // What this rank uploads: a BROADCAST's non-root ranks send no bytes.

@@ -17,8 +17,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "client/data_plane.h"
-#include "common/frame_codec.h"
 #include "common/content_hasher.h"
+#include "common/frame_codec.h"
 
 namespace fedgather {
 namespace {

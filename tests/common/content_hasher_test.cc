@@ -41,9 +41,8 @@ std::string RunTool(const std::string& command,
   const int fd = ::mkstemp(path.data());
   EXPECT_GE(fd, 0);
   ::close(fd);
-  EXPECT_TRUE(WriteStringToFile(path,
-                                  std::string(input.begin(), input.end()))
-                  .ok());
+  EXPECT_TRUE(
+      WriteStringToFile(path, std::string(input.begin(), input.end())).ok());
   const std::string line = absl::StrCat(command, " ", path);
   FILE* pipe = ::popen(line.c_str(), "r");
   EXPECT_NE(pipe, nullptr) << line;
@@ -59,10 +58,9 @@ std::string RunTool(const std::string& command,
   return out.substr(0, out.find_first_of(" \n"));
 }
 
-const size_t kSizes[] = {0,         1,         63,          64,
-                         65,        1023,      1024,        1025,
-                         2048,      65535,     65536,       65537,
-                         (3 << 20) + 7, 8 << 20};
+const size_t kSizes[] = {
+    0,    1,    63,    64,    65,    1023,          1024,
+    1025, 2048, 65535, 65536, 65537, (3 << 20) + 7, 8 << 20};
 
 // Hashes `bytes` in pieces of the sizes in `cuts`, cycling.
 Digest HashInPieces(DigestAlgorithm algorithm,
@@ -88,9 +86,8 @@ void ExpectMatchesTool(DigestAlgorithm algorithm, const std::string& tool) {
         << DigestAlgorithmName(algorithm) << ", " << size << " bytes";
     // Small pieces, then pieces around and past the 16 KiB runs the BLAKE3
     // hasher stages its input into.
-    for (const std::vector<size_t>& cuts :
-         std::vector<std::vector<size_t>>{{1, 1000, 4097, 7},
-                                          {16371, 16384, 40000, 3, 70001}}) {
+    for (const std::vector<size_t>& cuts : std::vector<std::vector<size_t>>{
+             {1, 1000, 4097, 7}, {16371, 16384, 40000, 3, 70001}}) {
       EXPECT_EQ(DigestToHex(HashInPieces(algorithm, bytes, cuts)), expected)
           << DigestAlgorithmName(algorithm) << " in pieces of " << cuts[0]
           << ".., " << size << " bytes";
@@ -138,17 +135,18 @@ TEST(ContentHasherTest, NamesAndWireValuesRoundTrip) {
   EXPECT_EQ(ParseDigestAlgorithm("BLAKE3"), std::nullopt);
   EXPECT_EQ(ParseDigestAlgorithm("md5"), std::nullopt);
   // Unset is what every digest meant before the field: SHA-256.
-  EXPECT_EQ(DigestAlgorithmFromProto(v1::DIGEST_ALGORITHM_UNSPECIFIED, "x")
-                .value(),
-            DigestAlgorithm::kSha256);
+  EXPECT_EQ(
+      DigestAlgorithmFromProto(v1::DIGEST_ALGORITHM_UNSPECIFIED, "x").value(),
+      DigestAlgorithm::kSha256);
   const absl::Status unknown =
       DigestAlgorithmFromProto(static_cast<v1::DigestAlgorithm>(9),
                                "rank 2's header")
           .status();
   EXPECT_EQ(unknown.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(unknown.message(),
-            "rank 2's header names digest algorithm 9, which this fedgather does "
-            "not know (1: SHA-256, 2: BLAKE3)");
+  EXPECT_EQ(
+      unknown.message(),
+      "rank 2's header names digest algorithm 9, which this fedgather does "
+      "not know (1: SHA-256, 2: BLAKE3)");
 }
 
 }  // namespace

@@ -19,8 +19,8 @@
 #include "client/provision.h"
 #include "common/audit_chain.h"
 #include "common/cert_issuer.h"
-#include "common/file_io.h"
 #include "common/content_hasher.h"
+#include "common/file_io.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -813,9 +813,8 @@ TEST(AuditTest, FourRankAllGatherRecordsTheContributionsDigests) {
     EXPECT_EQ(records[i]["seq"], i);
     for (const char* key :
          {"seq", "time", "identity", "peer", "action", "group", "epoch",
-          "collective_seq", "rank", "op", "bytes", "digest_algorithm",
-          "digest", "digests",
-          "outcome", "reason", "details", "prev"}) {
+          "collective_seq", "rank", "op", "bytes", "digest_algorithm", "digest",
+          "digests", "outcome", "reason", "details", "prev"}) {
       EXPECT_TRUE(records[i].contains(key)) << key << " in " << records[i];
     }
   }

@@ -243,8 +243,7 @@ v1::CollectiveFrame Header(const Group& group, int rank, uint64_t seq) {
   h->set_seq(seq);
   h->set_op(v1::ALL_GATHER);
   h->set_rank(rank);
-  h->set_digest_algorithm(group.digest_algorithm() ==
-                                  DigestAlgorithm::kSha256
+  h->set_digest_algorithm(group.digest_algorithm() == DigestAlgorithm::kSha256
                               ? v1::DIGEST_SHA256
                               : v1::DIGEST_BLAKE3);
   v1::TensorSpec* spec = h->add_tensors();

@@ -45,9 +45,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/chunk_sequence.h"
+#include "common/content_hasher.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/content_hasher.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
 #include "server/membership/group_config.h"
@@ -255,7 +255,7 @@ struct SimStream : public RoundStream {
   Fingerprint fingerprint;
   Fingerprint upload;
   std::optional<ChunkSequence> sequence;  // refers to `upload`
-  std::optional<ContentHasher> hasher;  // in the round's algorithm
+  std::optional<ContentHasher> hasher;    // in the round's algorithm
   v1::Op op = v1::OP_UNSPECIFIED;
   bool ended = false;   // its end was accepted (or resumed as ended)
   bool reading = true;  // false after the reactor rejected a frame

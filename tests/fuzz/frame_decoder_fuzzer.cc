@@ -62,7 +62,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   const absl::StatusOr<fedgather::DigestAlgorithm> algorithm =
       fedgather::DigestAlgorithmFromProto(declared, "the frame");
-  if (algorithm.ok() && declared != fedgather::v1::DIGEST_ALGORITHM_UNSPECIFIED &&
+  if (algorithm.ok() &&
+      declared != fedgather::v1::DIGEST_ALGORITHM_UNSPECIFIED &&
       fedgather::DigestAlgorithmToProto(*algorithm) != declared) {
     __builtin_trap();  // a known number that does not read back as itself
   }

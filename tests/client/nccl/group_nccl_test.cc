@@ -16,8 +16,8 @@
 #include "absl/strings/match.h"
 #include "client/group.h"
 #include "client/nccl/nccl_unique_id.h"
-#include "common/file_io.h"
 #include "common/content_hasher.h"
+#include "common/file_io.h"
 #include "tests/e2e/test_cluster.h"
 
 namespace fedgather::testing {

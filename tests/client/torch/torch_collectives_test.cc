@@ -1,5 +1,7 @@
 // The torch::Tensor adapter of Group (client/torch/torch_collectives.h),
 // end to end over mutual TLS.
+#include "client/torch/torch_collectives.h"
+
 #include <ATen/ATen.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "client/client.h"
-#include "client/torch/torch_collectives.h"
 #include "tests/e2e/test_cluster.h"
 
 namespace fedgather::testing {

@@ -51,7 +51,8 @@ TEST_F(GroupJournalTest, AFormedEpochComesBackWithItsProgress) {
   EXPECT_FALSE(saved.formed);
   EXPECT_EQ(saved.epoch, 0u);
 
-  ASSERT_TRUE(journal->Formed(3, DigestAlgorithm::kBlake3, {"site-1", "site\n2"}).ok());
+  ASSERT_TRUE(
+      journal->Formed(3, DigestAlgorithm::kBlake3, {"site-1", "site\n2"}).ok());
   ASSERT_TRUE(journal->Started(0, 0).ok());
   ASSERT_TRUE(journal->Started(1, 0).ok());
   ASSERT_TRUE(journal->Started(0, 1).ok());

@@ -9,9 +9,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/content_hasher.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/content_hasher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/events/event_sink.h"
@@ -749,8 +749,7 @@ TEST_F(GroupStateTest, ReconfigureKeepingTheMembersLeavesTheEpochAlone) {
 TEST_F(GroupStateTest, AReloadChangesTheDigestAlgorithmOfTheNextEpochOnly) {
   MakeGroup();
   Form();
-  EXPECT_EQ(Session("site-a")->joined[0].digest_algorithm(),
-            v1::DIGEST_BLAKE3);
+  EXPECT_EQ(Session("site-a")->joined[0].digest_algorithm(), v1::DIGEST_BLAKE3);
   GroupConfig sha256 = DemoConfig(3, {"site-a", "site-b", "site-c"});
   sha256.digest = DigestAlgorithm::kSha256;
   {

@@ -21,8 +21,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -45,15 +45,17 @@ using ::testing::StartsWith;
 using Json = nlohmann::ordered_json;
 
 const std::vector<std::string> kKeys = {
-    "seq",    "time",    "identity",         "peer",   "action",
-    "group",  "epoch",   "collective_seq",   "rank",   "op",
-    "bytes",  "digest_algorithm", "digest",  "digests", "outcome",
-    "reason", "details", "prev"};
+    "seq",     "time",    "identity", "peer",
+    "action",  "group",   "epoch",    "collective_seq",
+    "rank",    "op",      "bytes",    "digest_algorithm",
+    "digest",  "digests", "outcome",  "reason",
+    "details", "prev"};
 const std::vector<std::string> kAnchorKeys = {
-    "seq",    "time",    "identity",         "peer",   "action",
-    "group",  "epoch",   "collective_seq",   "rank",   "op",
-    "bytes",  "digest_algorithm", "digest",  "digests", "outcome",
-    "reason", "details", "sig",              "prev"};
+    "seq",     "time",    "identity", "peer",
+    "action",  "group",   "epoch",    "collective_seq",
+    "rank",    "op",      "bytes",    "digest_algorithm",
+    "digest",  "digests", "outcome",  "reason",
+    "details", "sig",     "prev"};
 
 // An identity with non-ASCII text, a quote, a backslash and a newline, to
 // check that escaping round-trips.
@@ -962,10 +964,10 @@ TEST(AuditChainTest, ALogOfTheSha256EraStillVerifiesSignedToTheEnd) {
   EXPECT_EQ(report->records, 59u);
   EXPECT_TRUE(report->signed_to_end);
   std::string out, err;
-  EXPECT_EQ(RunCli({"audit", "verify", Sha256EraLog(), "--cert",
-                    Sha256EraCert()},
-                   &out, &err),
-            0)
+  EXPECT_EQ(
+      RunCli({"audit", "verify", Sha256EraLog(), "--cert", Sha256EraCert()},
+             &out, &err),
+      0)
       << err;
   EXPECT_THAT(out, HasSubstr("audit chain intact: 59 records"));
 
@@ -989,9 +991,9 @@ TEST(AuditChainTest, ALogOfTheSha256EraStillVerifiesSignedToTheEnd) {
 TEST(AuditLogTest, ANewServerContinuesALogOfTheSha256Era) {
   const ScopedDir dir;
   const std::string path = dir.path() + "/audit.jsonl";
-  ASSERT_TRUE(WriteStringToFile(path, ReadFileToString(Sha256EraLog()).value(),
-                                0600)
-                  .ok());
+  ASSERT_TRUE(
+      WriteStringToFile(path, ReadFileToString(Sha256EraLog()).value(), 0600)
+          .ok());
   auto log = AuditLog::Open(Options(path)).value();  // another key: unsigned
   AuditRecord commit;
   commit.action = "commit";
@@ -1030,8 +1032,7 @@ TEST(AuditChainTest, ADigestWithoutAKnownAlgorithmIsRefused) {
   const std::string written = ReadLines(path).back();
   for (const auto& [from, to, why] :
        std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"\"digest_algorithm\":\"blake3\"",
-            "\"digest_algorithm\":\"md5\"",
+           {"\"digest_algorithm\":\"blake3\"", "\"digest_algorithm\":\"md5\"",
             "its digest_algorithm is not null, \"sha256\" or \"blake3\""},
            {"\"digest_algorithm\":\"blake3\"", "\"digest_algorithm\":null",
             "it has digests but no digest_algorithm naming their hash"},

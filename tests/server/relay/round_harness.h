@@ -14,9 +14,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/content_hasher.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/content_hasher.h"
 #include "gtest/gtest.h"
 #include "server/events/event_sink.h"
 #include "server/events/pending_callbacks.h"
@@ -285,8 +285,7 @@ class RoundHarness : public ::testing::Test {
   }
 
   Digest DigestOf(int rank) const {
-    return HashContent(digest_, payloads_[rank].data(),
-                       payloads_[rank].size());
+    return HashContent(digest_, payloads_[rank].data(), payloads_[rank].size());
   }
 
   void End(Round& round, int rank) {

@@ -183,8 +183,7 @@ TEST_F(RoundRestoreTest, AJournalOfBareSha256EndsRestoresIntoASha256Epoch) {
   // Into an epoch of BLAKE3 it cannot go: its end names a SHA-256.
   digest_ = DigestAlgorithm::kBlake3;
   const absl::Status refused =
-      RestoreRound(MakeOptions(2), path_, absl::FromUnixSeconds(50))
-          .status();
+      RestoreRound(MakeOptions(2), path_, absl::FromUnixSeconds(50)).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
   EXPECT_THAT(std::string(refused.message()),
               HasSubstr("rank 0's end record holds a sha256 digest but the "
@@ -269,7 +268,8 @@ TEST_F(RoundRestoreTest, AnAllReduceKeepsWhatItHadReduced) {
 
   round = Restart(round, 2);
   ASSERT_NE(round, nullptr);
-  ContentHasher hash0(DigestAlgorithm::kBlake3), hash1(DigestAlgorithm::kBlake3);
+  ContentHasher hash0(DigestAlgorithm::kBlake3),
+      hash1(DigestAlgorithm::kBlake3);
   hash0.Update(in0.data(), 8);
   hash1.Update(in1.data(), 8);
   absl::StatusOr<Round::ResumePoint> zero =

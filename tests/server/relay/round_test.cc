@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/bounded_text.h"
+#include "common/content_hasher.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
-#include "common/content_hasher.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/events/event_sink.h"
@@ -881,8 +881,10 @@ TEST_F(RoundTest, BroadcastForwardsOnlyTheRootsFramesToTheOthers) {
   {
     // The non-roots send nothing: their contributions are empty.
     PendingCallbacks callbacks;
-    round->EndContribution(0, HashContent(DigestAlgorithm::kBlake3, nullptr, 0), &callbacks);
-    round->EndContribution(2, HashContent(DigestAlgorithm::kBlake3, nullptr, 0), &callbacks);
+    round->EndContribution(0, HashContent(DigestAlgorithm::kBlake3, nullptr, 0),
+                           &callbacks);
+    round->EndContribution(2, HashContent(DigestAlgorithm::kBlake3, nullptr, 0),
+                           &callbacks);
   }
   End(*round, 1);
   PumpAll(*round);

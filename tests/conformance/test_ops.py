@@ -102,6 +102,25 @@ class OpsTest(ConformanceTest):
     def test_all_gather_in_a_sha256_group(self):
         self.gather(pb.ALL_GATHER, 2, mixed, family="sha256")
 
+    def test_a_client_from_before_the_field_works_in_a_sha256_group(self):
+        # Its headers carry no digest_algorithm, which reads as SHA-256, and
+        # its ends and checks are SHA-256.
+        members = self.join(2, "sha256")
+        unset = {"digest_algorithm": pb.DIGEST_ALGORITHM_UNSPECIFIED}
+        plans = [Plan(mixed(rank), cut, header=dict(unset))
+                 for rank, cut in enumerate(cuts(members))]
+        received, sent = run_round(members, 0, pb.ALL_GATHER, plans)
+        for s in sent:
+            header = pb.CollectiveFrame.FromString(s.header).header
+            self.assertEqual(header.digest_algorithm,
+                             pb.DIGEST_ALGORITHM_UNSPECIFIED)
+        for rank, r in enumerate(received):
+            self.assertOk(r, f"rank {rank}")
+            self.assertForwarded(r, rank, {q: s for q, s in enumerate(sent)
+                                           if q != rank})
+            self.assertCommit(members, 0, r.commit,
+                              {q: p.payload for q, p in enumerate(plans)})
+
     def test_all_reduce_in_a_sha256_group(self):
         self.all_reduce(pb.SUM, 2, family="sha256")
 

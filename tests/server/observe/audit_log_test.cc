@@ -981,7 +981,9 @@ TEST(AuditChainTest, ALogOfTheSha256EraStillVerifiesSignedToTheEnd) {
     ++changed;
   }
   ASSERT_LT(changed, lines.size());
-  const size_t at = lines[changed].find("\"sha256\":\"") + 10;
+  const size_t key = lines[changed].find("\"sha256\":\"");
+  ASSERT_NE(key, std::string::npos) << lines[changed];  // a digest, not null
+  const size_t at = key + 10;
   lines[changed][at] = lines[changed][at] == '0' ? '1' : '0';
   WriteLines(path, lines);
   const auto tampered = VerifyAuditFiles({path}, WithCert(cert));

@@ -1,0 +1,244 @@
+// ring_bench: the direct data plane's ring all_gather (client/peer) on its
+// own, N member processes over mutual-TLS peer links on 127.0.0.1, measured
+// as ../shared/bench/peers measures Gloo and MPI (its README, "Method"):
+// per size, warm-up (3, or 1 when the first took over 0.2 s), iters =
+// clamp(ceil(target / t_warm), 5, 10000) agreed by all ranks (the largest),
+// then `iters` back-to-back iterations each timed on every rank; an
+// iteration's time is the slowest rank's. The first result is checked byte
+// for byte. No server, no digests, no commit: it is the bytes' path alone,
+// what the direct plane adds to a round.
+//
+//   ring_bench --np 4 --sizes 4096,1048576,16777216 [--impl NAME]
+//
+// Prints the peers' CSV:
+//   impl,op,N,bytes_per_rank,median_s,algbw_GBps,busbw_GBps,min_s,p90_s,mean_s,iters
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/peer/peer_dial.h"
+#include "client/peer/peer_listener.h"
+#include "client/peer/peer_socket.h"
+#include "client/peer/peer_tls.h"
+#include "client/peer/ring_all_gather.h"
+#include "common/cert_issuer.h"
+
+namespace fedgather {
+namespace {
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "ring_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+// A free loopback port (bound, read, closed: a small race, for a bench).
+int FreePort() {
+  absl::StatusOr<PeerSocket> socket = ListenTcp("127.0.0.1:0");
+  absl::StatusOr<int> port =
+      socket.ok() ? BoundPort(*socket) : absl::StatusOr<int>(socket.status());
+  if (!port.ok()) Die(port.status().ToString());
+  return *port;
+}
+
+double Now() {
+  return std::chrono::duration<double>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Member {
+  int rank = 0;
+  int world = 1;
+  std::vector<int> ports;
+  std::unique_ptr<PeerListener> listener;
+  std::unique_ptr<PeerLink> to_next;
+  std::unique_ptr<PeerLink> from_prev;
+  uint64_t op = 0;
+
+  // Gather runs one all_gather of `sizes` from `mine` into `out`.
+  void Gather(const std::vector<size_t>& sizes, const char* mine, char* out,
+              size_t chunk) {
+    RingAllGatherOptions options;
+    options.op = ++op;
+    options.chunk_bytes = chunk;
+    options.stall_timeout = absl::Seconds(60);
+    absl::Status status = RingAllGather(rank, sizes, mine, out, to_next.get(),
+                                        from_prev.get(), options);
+    if (!status.ok()) Die(status.ToString());
+  }
+  // AllMax returns the largest of every rank's `values` (elementwise).
+  std::vector<double> AllMax(const std::vector<double>& values, size_t chunk) {
+    const size_t bytes = values.size() * sizeof(double);
+    std::vector<double> all(values.size() * world);
+    Gather(std::vector<size_t>(world, bytes),
+           reinterpret_cast<const char*>(values.data()),
+           reinterpret_cast<char*>(all.data()), chunk);
+    std::vector<double> result(values);
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = 0; i < values.size(); ++i) {
+        result[i] = std::max(result[i], all[r * values.size() + i]);
+      }
+    }
+    return result;
+  }
+};
+
+void RunMember(Member& m, const std::vector<std::string>& identities,
+               const TlsFiles& files, const std::vector<size_t>& sizes,
+               const std::string& impl, double target_s, size_t chunk) {
+  absl::StatusOr<std::shared_ptr<const PeerTls>> tls = PeerTls::Create(files);
+  if (!tls.ok()) Die(tls.status().ToString());
+  PeerListenerOptions options;
+  options.listen = absl::StrCat("127.0.0.1:", m.ports[m.rank]);
+  absl::StatusOr<std::unique_ptr<PeerListener>> listener =
+      PeerListener::Start(*tls, options);
+  if (!listener.ok()) Die(listener.status().ToString());
+  m.listener = *std::move(listener);
+  m.listener->ExpectEpoch("bench", 1, m.rank, identities);
+  const int next = (m.rank + 1) % m.world;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  v1::PeerLinkHello hello;
+  hello.set_group("bench");
+  hello.set_epoch(1);
+  hello.set_from_rank(m.rank);
+  hello.set_to_rank(next);
+  for (;;) {  // the next member's listener may not be up yet
+    absl::StatusOr<std::unique_ptr<PeerLink>> link =
+        DialPeerLink(**tls, absl::StrCat("127.0.0.1:", m.ports[next]), hello,
+                     identities[next], deadline);
+    if (link.ok()) {
+      m.to_next = *std::move(link);
+      break;
+    }
+    if (absl::Now() > deadline) Die(link.status().ToString());
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::StatusOr<std::unique_ptr<PeerLink>> from =
+      m.listener->Take("bench", 1, (m.rank + m.world - 1) % m.world, deadline);
+  if (!from.ok()) Die(from.status().ToString());
+  m.from_prev = *std::move(from);
+
+  for (size_t size : sizes) {
+    std::vector<char> mine(size, static_cast<char>(m.rank + 1));
+    std::vector<char> out(size * m.world);
+    const std::vector<size_t> parts(m.world, size);
+    std::vector<double> warm;
+    int warmups = 3;
+    for (int i = 0; i < warmups; ++i) {
+      const double t0 = Now();
+      m.Gather(parts, mine.data(), out.data(), chunk);
+      warm.push_back(Now() - t0);
+      if (i == 0) {
+        for (int r = 0; r < m.world; ++r) {
+          for (size_t at : {size_t{0}, size - 1}) {
+            if (size > 0 && out[r * size + at] != static_cast<char>(r + 1)) {
+              Die(absl::StrCat("wrong data from rank ", r));
+            }
+          }
+        }
+        if (m.AllMax({warm[0]}, chunk)[0] > 0.2) warmups = 1;
+      }
+    }
+    std::sort(warm.begin(), warm.end());
+    const double t_warm = m.AllMax({warm[warm.size() / 2]}, chunk)[0];
+    const int iters = static_cast<int>(std::min(
+        10000.0, std::max(5.0, std::ceil(target_s / std::max(t_warm, 1e-9)))));
+    std::vector<double> times(iters);
+    for (int i = 0; i < iters; ++i) {
+      const double t0 = Now();
+      m.Gather(parts, mine.data(), out.data(), chunk);
+      times[i] = Now() - t0;
+    }
+    std::vector<double> slowest = m.AllMax(times, chunk);
+    if (m.rank == 0) {
+      std::vector<double> sorted = slowest;
+      std::sort(sorted.begin(), sorted.end());
+      const double median = sorted[sorted.size() / 2];
+      double mean = 0;
+      for (double t : sorted) mean += t / sorted.size();
+      const double algbw = static_cast<double>(size) * m.world / median / 1e9;
+      std::printf("%s,all_gather,%d,%zu,%.9f,%.6f,%.6f,%.9f,%.9f,%.9f,%d\n",
+                  impl.c_str(), m.world, size, median, algbw,
+                  algbw * (m.world - 1) / m.world, sorted.front(),
+                  sorted[std::min(sorted.size() - 1,
+                                  static_cast<size_t>(0.9 * sorted.size()))],
+                  mean, iters);
+      std::fflush(stdout);
+    }
+  }
+}
+
+int Main(int argc, char** argv) {
+  CLI::App app{"ring all_gather over mutual-TLS peer links"};
+  int world = 4;
+  std::string sizes_text = "4096,1048576,16777216";
+  std::string impl = "fedgather_ring_tls";
+  double target_s = 0.5;
+  size_t chunk = size_t{1} << 20;
+  app.add_option("--np", world, "members (processes)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--sizes", sizes_text, "bytes per rank, comma-separated");
+  app.add_option("--impl", impl, "the CSV's impl column");
+  app.add_option("--target-s", target_s, "timed work per size, seconds");
+  app.add_option("--chunk-bytes", chunk, "ring chunk size");
+  CLI11_PARSE(app, argc, argv);
+  std::vector<size_t> sizes;
+  for (absl::string_view s : absl::StrSplit(sizes_text, ',')) {
+    size_t size = 0;
+    if (!absl::SimpleAtoi(s, &size)) Die(absl::StrCat("bad size '", s, "'"));
+    sizes.push_back(size);
+  }
+  absl::StatusOr<KeyAndCert> ca =
+      CreateCertificateAuthority("ring bench CA", absl::Hours(2));
+  if (!ca.ok()) Die(ca.status().ToString());
+  std::vector<std::string> identities;
+  std::vector<TlsFiles> files;
+  std::vector<int> ports;
+  for (int r = 0; r < world; ++r) {
+    identities.push_back(absl::StrCat("site-", r));
+    CertificateSpec spec;
+    spec.common_name = identities.back();
+    spec.client_auth = true;
+    absl::StatusOr<KeyAndCert> leaf = IssueCertificate(*ca, spec);
+    if (!leaf.ok()) Die(leaf.status().ToString());
+    files.push_back({leaf->cert_pem, leaf->key_pem, ca->cert_pem});
+    ports.push_back(FreePort());
+  }
+  std::vector<pid_t> children;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) Die("fork failed");
+    if (pid == 0) {
+      Member m;
+      m.rank = r;
+      m.world = world;
+      m.ports = ports;
+      RunMember(m, identities, files[r], sizes, impl, target_s, chunk);
+      std::_Exit(0);  // skip the static destructors of the parent's copy
+    }
+    children.push_back(pid);
+  }
+  int failures = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failures;
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace fedgather
+
+int main(int argc, char** argv) { return fedgather::Main(argc, argv); }

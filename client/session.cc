@@ -162,6 +162,7 @@ absl::Status Session::Join(const v1::JoinRequest& request,
   heartbeat_timeout_ = absl::Milliseconds(joined->heartbeat_timeout_ms());
   for (const v1::Member& member : joined->members()) {
     identities_.push_back(member.identity());
+    peer_endpoints_.push_back(member.peer_endpoint());
   }
   StartHeartbeats();
   session_thread_ = std::thread([this] {

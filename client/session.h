@@ -62,6 +62,11 @@ class Session {
   // The hash the epoch names contributions by (Joined.digest_algorithm).
   DigestAlgorithm digest_algorithm() const { return digest_algorithm_; }
   const std::vector<std::string>& identities() const { return identities_; }
+  // Each member's peer endpoint, by rank ("" for none): the rendezvous of
+  // the direct data plane (docs/protocol.md, "Peer links").
+  const std::vector<std::string>& peer_endpoints() const {
+    return peer_endpoints_;
+  }
 
   // liveness is what this member has heard from the server lately (the
   // collective streams report what they hear to it too). Owned here.
@@ -112,6 +117,7 @@ class Session {
   // session stream is established.
   ServerLiveness liveness_;
   std::vector<std::string> identities_;
+  std::vector<std::string> peer_endpoints_;
 
   const absl::Duration resume_grace_;
   Clock* const clock_;

@@ -146,8 +146,11 @@ absl::Status RunStatus(const AdminCommandOptions& options, std::ostream& out) {
     }
     for (const v1::Member& member : group.members()) {
       out << absl::StrFormat(
-          "  %-5d %-40s %s\n", member.rank(), member.identity(),
-          member.connected() ? "connected" : "disconnected (may resume)");
+          "  %-5d %-40s %s%s\n", member.rank(), member.identity(),
+          member.connected() ? "connected" : "disconnected (may resume)",
+          member.peer_endpoint().empty()
+              ? ""
+              : absl::StrCat(", peer endpoint ", member.peer_endpoint()));
     }
     for (const std::string& waiting : group.waiting()) {
       out << "  waiting  " << waiting << "\n";

@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "common/content_hasher.h"
 #include "common/file_io.h"
+#include "common/ip_network.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 
@@ -234,6 +235,17 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
             absl::StrCat("is '", name, "' (expected blake3 or sha256)"));
       }
       group.digest = *digest;
+    } else if (key == "peer_networks") {
+      const Where at = where.In("peer_networks");
+      if (!item.second.IsSequence()) {
+        return at.Error("expected a list of networks (CIDR, e.g. 10.0.0.0/8)");
+      }
+      for (const auto& entry : item.second) {
+        FG_ASSIGN_OR_RETURN(const std::string text, Scalar(entry, at));
+        absl::StatusOr<IpNetwork> network = IpNetwork::Parse(text);
+        if (!network.ok()) return at.Error(network.status().message());
+        group.peer_networks.push_back(*std::move(network));
+      }
     } else if (key == "members") {
       FG_RETURN_IF_ERROR(RequireMap(
           item.second, where.In("members (identity: role, one per line)")));
@@ -250,7 +262,7 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
       return where.Error(absl::StrCat(
           "unknown key '", key,
           "' (expected name, world_size, min_quorum, round_deadline, "
-          "max_rounds_in_flight, digest, members)"));
+          "max_rounds_in_flight, digest, peer_networks, members)"));
     }
   }
   if (!has_world_size) return where.Error("world_size is missing");
@@ -362,6 +374,7 @@ std::vector<GroupConfig> AccessPolicy::GroupConfigs() const {
     config.round_deadline = group.round_deadline;
     config.max_rounds_in_flight = group.max_rounds_in_flight;
     config.digest = group.digest;
+    config.peer_networks = group.peer_networks;
     for (const auto& [identity, role] : group.members) {
       if (role == Role::kParticipant) config.members.push_back(identity);
     }

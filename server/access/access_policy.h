@@ -91,7 +91,8 @@ struct GroupPolicy {
   absl::Duration round_deadline = absl::ZeroDuration();  // 0: the server's
   int max_rounds_in_flight = kDefaultGroupRoundsInFlight;
   DigestAlgorithm digest = DigestAlgorithm::kBlake3;
-  std::map<std::string, Role> members;  // identity -> role
+  std::vector<IpNetwork> peer_networks;  // empty: any peer endpoint
+  std::map<std::string, Role> members;   // identity -> role
 };
 
 class AccessPolicy {

@@ -11,6 +11,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/content_hasher.h"
+#include "common/ip_network.h"
 
 namespace fedgather::server {
 
@@ -34,6 +35,10 @@ struct GroupConfig {
   // The hash each epoch's contributions are named by, fixed when the epoch
   // forms (a policy reload changes the next epoch's).
   DigestAlgorithm digest = DigestAlgorithm::kBlake3;
+  // Where members may offer peer endpoints (JoinRequest.peer_endpoint):
+  // when not empty, an endpoint must be an IP address in one of these
+  // networks; empty: any HOST:PORT.
+  std::vector<IpNetwork> peer_networks;
   std::vector<std::string> members;  // participants, as in certificates
 };
 
@@ -43,6 +48,20 @@ inline constexpr int kMaxWorldSize = 4096;
 // to a group that does not exist, so a refusal reveals no group's existence.
 absl::Status NotAMemberError(absl::string_view identity,
                              absl::string_view group);
+
+// The longest peer endpoint a member may offer (a DNS name of 253
+// characters, brackets, a colon and a port).
+inline constexpr size_t kMaxPeerEndpointBytes = 262;
+
+// CheckPeerEndpoint checks the peer endpoint a member offers when it joins
+// `config`'s group: "HOST:PORT" with a port 1..65535, at most
+// kMaxPeerEndpointBytes, printable ASCII without spaces; and, when the
+// group has peer_networks, an IP address in one of them (a name is
+// refused: it could resolve anywhere). INVALID_ARGUMENT for a malformed
+// endpoint and PERMISSION_DENIED for one outside the networks, each
+// naming the group and quoting the endpoint (cut to the limit).
+absl::Status CheckPeerEndpoint(const std::string& endpoint,
+                               const GroupConfig& config);
 
 }  // namespace fedgather::server
 

@@ -143,6 +143,13 @@ absl::Status GroupState::Join(const std::string& identity,
     return ResumeLocked(identity, peer, request, std::move(session), now,
                         callbacks);
   }
+  if (!request.peer_endpoint().empty()) {
+    if (absl::Status offered =
+            CheckPeerEndpoint(request.peer_endpoint(), config_);
+        !offered.ok()) {
+      return offered;
+    }
+  }
   if (formed_) {
     const auto member =
         std::find_if(members_.begin(), members_.end(),
@@ -169,8 +176,8 @@ absl::Status GroupState::Join(const std::string& identity,
                        " is already taken by '", w.identity, "'"));
     }
   }
-  waiting_.push_back(
-      Waiting{identity, peer, requested, session, session.get(), now});
+  waiting_.push_back(Waiting{identity, peer, requested, request.peer_endpoint(),
+                             session, session.get(), now});
   Emit(EventKind::kMemberJoined, requested, identity, peer, absl::OkStatus(),
        callbacks);
   if (static_cast<int>(waiting_.size()) == config_.world_size) {
@@ -195,6 +202,7 @@ v1::Joined GroupState::JoinedLocked(int rank) const {
     v1::Member* member = joined.add_members();
     member->set_rank(static_cast<uint32_t>(r));
     member->set_identity(members_[r].identity);
+    member->set_peer_endpoint(members_[r].peer_endpoint);
   }
   return joined;
 }
@@ -275,6 +283,7 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
     Member member;
     member.identity = w->identity;
     member.peer = w->peer;
+    member.peer_endpoint = w->peer_endpoint;
     member.session = w->session;
     member.session_key = w->session_key;
     member.last_heartbeat = now;
@@ -761,7 +770,7 @@ GroupState::Snapshot GroupState::GetSnapshot() const {
   snapshot.epoch = epoch_;
   snapshot.digest = formed_ ? digest_ : config_.digest;
   for (const Member& m : members_) {
-    snapshot.members.push_back({m.identity, !m.disconnected});
+    snapshot.members.push_back({m.identity, !m.disconnected, m.peer_endpoint});
   }
   for (const Waiting& w : waiting_) snapshot.waiting.push_back(w.identity);
   snapshot.rounds = rounds_.InFlightProgress();

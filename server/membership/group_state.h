@@ -193,7 +193,8 @@ class GroupState {
   // Snapshot is the group's state for a status report.
   struct MemberSnapshot {
     std::string identity;
-    bool connected = false;  // false while its broken session may resume
+    bool connected = false;     // false while its broken session may resume
+    std::string peer_endpoint;  // what it offered when the epoch formed
   };
   struct Snapshot {
     GroupConfig config;
@@ -214,6 +215,7 @@ class GroupState {
     std::string identity;
     std::string peer;
     int requested_rank = -1;
+    std::string peer_endpoint;  // offered in the join; may be empty
     std::weak_ptr<SessionStream> session;
     const SessionStream* session_key = nullptr;
     absl::Time since;
@@ -221,6 +223,7 @@ class GroupState {
   struct Member {
     std::string identity;
     std::string peer;
+    std::string peer_endpoint;  // offered when the epoch formed
     std::weak_ptr<SessionStream> session;
     const SessionStream* session_key = nullptr;
     absl::Time last_heartbeat;

@@ -36,6 +36,7 @@ void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
     member->set_rank(static_cast<uint32_t>(r));
     member->set_identity(snapshot.members[r].identity);
     member->set_connected(snapshot.members[r].connected);
+    member->set_peer_endpoint(snapshot.members[r].peer_endpoint);
   }
   for (const std::string& waiting : snapshot.waiting) out->add_waiting(waiting);
   for (const Round::Progress& progress : snapshot.rounds) {

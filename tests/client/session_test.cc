@@ -99,6 +99,82 @@ TEST(SessionTest, AnIdentityOutsideThePolicyIsRefused) {
   EXPECT_EQ(joined.code(), absl::StatusCode::kPermissionDenied) << joined;
 }
 
+TEST(SessionTest, TheRendezvousGivesEveryRankTheOffersPeerEndpoints) {
+  ClusterOptions options(3);
+  options.group_extra = "    peer_networks: [10.0.0.0/8, \"fd00::/8\"]\n";
+  TestCluster cluster(options);
+  // Rank 1 offers none: its place stays empty.
+  const std::vector<std::string> offered = {"10.1.2.3:7000", "",
+                                            "[fd00::9]:7002"};
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (int r = 0; r < 3; ++r) {
+    sessions.push_back(NewSession(cluster, TestCluster::Site(r)));
+  }
+  std::vector<absl::Status> joined(3);
+  RunRanks(3, [&](int r) {
+    v1::JoinRequest request = JoinDemo(3, r);
+    request.set_peer_endpoint(offered[r]);
+    joined[r] =
+        sessions[r]->Join(request, absl::Seconds(30), absl::Seconds(10));
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(joined[r].ok()) << joined[r];
+    EXPECT_EQ(sessions[r]->peer_endpoints(), offered) << "rank " << r;
+  }
+  // The status shows them too.
+  auto client = cluster.Connect(TestCluster::Site(0));
+  ASSERT_NE(client, nullptr);
+  auto status = client->GetStatus("demo");
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->groups(0).members_size(), 3);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(status->groups(0).members(r).peer_endpoint(), offered[r]);
+  }
+}
+
+TEST(SessionTest, APeerEndpointOutsideTheGroupsNetworksOrMalformedIsRefused) {
+  ClusterOptions options(2);
+  options.group_extra = "    peer_networks: [10.0.0.0/8]\n";
+  TestCluster cluster(options);
+  struct Case {
+    std::string endpoint;
+    absl::StatusCode code;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"169.254.169.254:80", absl::StatusCode::kPermissionDenied,
+       "group 'demo' admits peer endpoints only at IP addresses in "
+       "10.0.0.0/8 (its policy's peer_networks); '169.254.169.254:80' is "
+       "not one"},
+      // A name could resolve anywhere.
+      {"site-1.internal:7000", absl::StatusCode::kPermissionDenied,
+       "'site-1.internal:7000' is not one"},
+      {"10.0.0.1", absl::StatusCode::kInvalidArgument,
+       "is not HOST:PORT with a port 1..65535"},
+      {"10.0.0.1:0", absl::StatusCode::kInvalidArgument,
+       "is not HOST:PORT with a port 1..65535"},
+      {"10.0.0.1:70000", absl::StatusCode::kInvalidArgument,
+       "is not HOST:PORT"},
+      {"10.0.0.1 :7000", absl::StatusCode::kInvalidArgument,
+       "not printable ASCII"},
+      {std::string(300, 'a') + ":1", absl::StatusCode::kInvalidArgument,
+       "is longer than 262 bytes"},
+  };
+  for (const Case& c : cases) {
+    std::unique_ptr<Session> session =
+        NewSession(cluster, TestCluster::Site(0));
+    v1::JoinRequest request = JoinDemo(2, 0);
+    request.set_peer_endpoint(c.endpoint);
+    const absl::Status joined =
+        session->Join(request, absl::Seconds(30), absl::Seconds(10));
+    EXPECT_EQ(joined.code(), c.code) << c.endpoint << ": " << joined;
+    EXPECT_THAT(joined.message(), ::testing::HasSubstr(c.says)) << c.endpoint;
+  }
+  // The refused offers left no one waiting: two good joins form the group.
+  std::vector<std::unique_ptr<Session>> sessions = JoinAll(cluster, 2);
+  EXPECT_FALSE(::testing::Test::HasFailure());
+}
+
 TEST(SessionTest, ALeaveEndsTheEpochForTheOthers) {
   TestCluster cluster(ClusterOptions(2));
   std::vector<std::unique_ptr<Session>> sessions = JoinAll(cluster, 2);

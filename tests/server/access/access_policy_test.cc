@@ -78,6 +78,23 @@ TEST(AccessPolicyTest, ParsesGroupsRolesAndQuorum) {
   EXPECT_EQ(policy.RoleOf("spiffe://fedgather/dash", "demo"), Role::kObserver);
   EXPECT_EQ(policy.RoleOf("spiffe://fedgather/dash", "other"), std::nullopt);
   EXPECT_EQ(policy.sha256().size(), 64u);
+  EXPECT_TRUE(configs[0].peer_networks.empty());  // any endpoint
+}
+
+TEST(AccessPolicyTest, PeerNetworksRestrictTheEndpointsAGroupAdmits) {
+  const AccessPolicy policy = MustParse(
+      "version: 1\ngroups:\n  - name: g\n    world_size: 1\n"
+      "    peer_networks: [10.0.0.0/8, 'fd00::/8']\n"
+      "    members: {a: participant}\n");
+  const std::vector<GroupConfig> configs = policy.GroupConfigs();
+  ASSERT_EQ(configs[0].peer_networks.size(), 2u);
+  EXPECT_EQ(configs[0].peer_networks[1].text(), "fd00::/8");
+  EXPECT_TRUE(CheckPeerEndpoint("10.9.8.7:7000", configs[0]).ok());
+  EXPECT_TRUE(CheckPeerEndpoint("[fd00::7]:7000", configs[0]).ok());
+  EXPECT_EQ(CheckPeerEndpoint("192.168.1.1:7000", configs[0]).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(CheckPeerEndpoint("[fe80::1]:7000", configs[0]).code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 TEST(AccessPolicyTest, EachRoleMayDoOnlyItsActions) {
@@ -256,6 +273,15 @@ TEST(AccessPolicyTest, RejectsMalformedPolicies) {
                 {"identity_limits: 'a'"});
   ExpectInvalid("version: 1\nserver_admins: ops\n",
                 {"expected a list of identities"});
+  ExpectInvalid(
+      "version: 1\ngroups:\n  - name: g\n    world_size: 1\n"
+      "    peer_networks: 10.0.0.0/8\n    members: {a: participant}\n",
+      {"group 'g'", "peer_networks", "expected a list of networks"});
+  ExpectInvalid(
+      "version: 1\ngroups:\n  - name: g\n    world_size: 1\n"
+      "    peer_networks: [10.0.0.1/8]\n    members: {a: participant}\n",
+      {"peer_networks", "'10.0.0.1/8' is not a network in CIDR notation",
+       "bits set past the prefix"});
   ExpectInvalid("version: 1\ngroups: [\n", {});
   ExpectInvalid("just text", {"a policy is a mapping"});
 }

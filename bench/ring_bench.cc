@@ -99,10 +99,11 @@ void RunMember(Member& m, const std::vector<std::string>& identities,
                const std::string& impl, double target_s, size_t chunk) {
   absl::StatusOr<std::shared_ptr<const PeerTls>> tls = PeerTls::Create(files);
   if (!tls.ok()) Die(tls.status().ToString());
-  PeerListenerOptions options;
-  options.listen = absl::StrCat("127.0.0.1:", m.ports[m.rank]);
+  absl::StatusOr<PeerSocket> listening =
+      ListenTcp(absl::StrCat("127.0.0.1:", m.ports[m.rank]));
+  if (!listening.ok()) Die(listening.status().ToString());
   absl::StatusOr<std::unique_ptr<PeerListener>> listener =
-      PeerListener::Start(*tls, options);
+      PeerListener::Start(*tls, *std::move(listening), PeerListenerOptions());
   if (!listener.ok()) Die(listener.status().ToString());
   m.listener = *std::move(listener);
   m.listener->ExpectEpoch("bench", 1, m.rank, identities);

@@ -48,13 +48,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
       grpc::experimental::CreateCustomChannelWithInterceptors(
           options.server_address, MakeChannelCredentials(options.tls), args,
           std::move(interceptors));
-  return std::unique_ptr<Client>(
-      new Client(options.server_address, std::move(channel), options.clock));
+  return std::unique_ptr<Client>(new Client(options.server_address, options.tls,
+                                            std::move(channel), options.clock));
 }
 
-Client::Client(std::string address, std::shared_ptr<grpc::Channel> channel,
-               Clock* clock)
+Client::Client(std::string address, TlsFiles tls,
+               std::shared_ptr<grpc::Channel> channel, Clock* clock)
     : address_(std::move(address)),
+      tls_(std::move(tls)),
       channel_(std::move(channel)),
       clock_(clock) {}
 
@@ -74,10 +75,35 @@ absl::StatusOr<std::unique_ptr<Group>> Client::Join(
   request.set_group(options.group);
   request.set_world_size(options.world_size);
   if (options.rank.has_value()) request.set_requested_rank(*options.rank);
+  std::unique_ptr<PeerOffer> offer;
+  if (!options.peer_listen.empty() || !options.peer_advertise.empty()) {
+    if (options.peer_listen.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("join group '", options.group,
+                       "': a peer advertise address needs a peer listen "
+                       "address"));
+    }
+    if (tls_.insecure_plaintext_for_benchmarks) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("join group '", options.group,
+                       "': peer links need TLS; a plaintext client offers no "
+                       "peer endpoint"));
+    }
+    absl::StatusOr<std::unique_ptr<PeerOffer>> bound =
+        PeerOffer::Bind(options.peer_listen, options.peer_advertise);
+    if (!bound.ok()) {
+      return absl::Status(bound.status().code(),
+                          absl::StrCat("join group '", options.group,
+                                       "': ", bound.status().message()));
+    }
+    offer = *std::move(bound);
+    request.set_peer_endpoint(offer->endpoint());
+  }
   std::unique_ptr<Group> group(new Group(channel_, address_, options.group,
                                          options.resume_grace, clock_));
   if (absl::Status joined =
-          group->Join(request, options.timeout, options.connect_timeout);
+          group->Join(request, options.timeout, options.connect_timeout,
+                      std::move(offer), tls_);
       !joined.ok()) {
     return absl::Status(joined.code(),
                         absl::StrCat("join group '", options.group, "' at ",

@@ -55,6 +55,15 @@ struct JoinOptions {
   // backoff; collectives in flight resume too. Zero: a break leaves the
   // group. The server's --resume-grace bounds it too.
   absl::Duration resume_grace = absl::Seconds(10);
+  // The direct data plane (docs/protocol.md, "Peer links"): where this
+  // member accepts its peers' links, HOST:PORT (port 0 picks a free one).
+  // Empty: it offers no endpoint, and its epochs run on the relay. The
+  // group's policy may restrict the endpoints offered (peer_networks).
+  std::string peer_listen;
+  // The endpoint the other members dial, HOST:PORT (behind NAT, a port
+  // mapping or a Service name). Empty: peer_listen's host with the bound
+  // port, which must then not be a wildcard (0.0.0.0, ::).
+  std::string peer_advertise;
 };
 
 class Client {
@@ -75,7 +84,10 @@ class Client {
   // (group full), DEADLINE_EXCEEDED (did not form in time), UNAUTHENTICATED
   // (the server refuses this client's certificate, in the handshake or on
   // the call), UNAVAILABLE (no connection or failed TLS handshake for
-  // connect_timeout).
+  // connect_timeout). With peer_listen: INVALID_ARGUMENT for a malformed or
+  // undialable peer address, UNAVAILABLE when it cannot be bound (both
+  // before anything is sent), and the server's PERMISSION_DENIED for an
+  // endpoint outside the group's peer_networks.
   absl::StatusOr<std::unique_ptr<Group>> Join(const JoinOptions& options);
 
   // The Admin service. Each blocks for one call of at most `timeout`.
@@ -102,10 +114,11 @@ class Client {
   absl::Status CheckHealth(absl::Duration timeout = absl::Seconds(5));
 
  private:
-  Client(std::string address, std::shared_ptr<grpc::Channel> channel,
-         Clock* clock);
+  Client(std::string address, TlsFiles tls,
+         std::shared_ptr<grpc::Channel> channel, Clock* clock);
 
   const std::string address_;
+  const TlsFiles tls_;  // also the peer links' (JoinOptions::peer_listen)
   std::shared_ptr<grpc::Channel> channel_;
   Clock* const clock_;
 };

@@ -90,8 +90,16 @@ Group::~Group() {
 }
 
 absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
-                         absl::Duration connect_timeout) {
-  return session_.Join(request, timeout, connect_timeout);
+                         absl::Duration connect_timeout,
+                         std::unique_ptr<PeerOffer> offer,
+                         const TlsFiles& tls) {
+  FG_RETURN_IF_ERROR(session_.Join(request, timeout, connect_timeout));
+  if (offer == nullptr) return absl::OkStatus();
+  PeerEpoch epoch{session_.name(), session_.epoch(), session_.rank(),
+                  session_.identities(), session_.peer_crl()};
+  FG_RETURN_IF_ERROR(offer->Open(tls, epoch, PeerListenerOptions()));
+  peer_offer_ = std::move(offer);
+  return absl::OkStatus();
 }
 
 absl::Status Group::Run(CollectiveSetup setup,

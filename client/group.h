@@ -40,11 +40,13 @@
 #include "absl/types/span.h"
 #include "client/collective_call.h"
 #include "client/collective_queue.h"
+#include "client/peer/peer_offer.h"
 #include "client/relay_data_plane.h"
 #include "client/session.h"
 #include "client/work.h"
 #include "common/clock.h"
 #include "common/tensor_spec.h"
+#include "common/tls_credentials.h"
 #include "fedgather/v1/fedgather.grpc.pb.h"
 
 namespace fedgather {
@@ -104,6 +106,14 @@ class Group {
   const std::vector<std::string>& identities() const {
     return session_.identities();
   }
+  // peer_endpoints()[r] is the peer endpoint rank r offered ("" for none).
+  const std::vector<std::string>& peer_endpoints() const {
+    return session_.peer_endpoints();
+  }
+  // This member's offer to the direct data plane: its peer TLS and the
+  // listener admitting this epoch's links (client/peer/peer_offer.h). Null
+  // when it joined without JoinOptions::peer_listen.
+  const PeerOffer* peer_offer() const { return peer_offer_.get(); }
 
   // Every collective has a blocking form and an ...Async form that returns
   // a Work at once (client/work.h); the blocking form is the Async one
@@ -223,9 +233,12 @@ class Group {
   Group(std::shared_ptr<grpc::Channel> channel, std::string server,
         std::string name, absl::Duration resume_grace, Clock* clock);
 
-  // Join joins the group (Session::Join) and blocks until it forms.
+  // Join joins the group (Session::Join) and blocks until it forms. With
+  // `offer` (whose endpoint `request` carries) it then opens the offer for
+  // the formed epoch with `tls`, and keeps it.
   absl::Status Join(const v1::JoinRequest& request, absl::Duration timeout,
-                    absl::Duration connect_timeout);
+                    absl::Duration connect_timeout,
+                    std::unique_ptr<PeerOffer> offer, const TlsFiles& tls);
   // Enqueue runs `body` on the collective queue and returns its Work.
   template <typename T>
   Work<T> Enqueue(std::function<absl::StatusOr<T>()> body);
@@ -251,6 +264,8 @@ class Group {
                    absl::Span<const ConstHostTensor> inputs,
                    ReceiveTarget* target, const CollectiveOptions& options);
 
+  // Declared first, destroyed last: its listener goes after the session.
+  std::unique_ptr<PeerOffer> peer_offer_;
   Session session_;  // the membership: join, heartbeats, resume, leave
   RelayDataPlane data_plane_;  // carries the collectives' bytes
   Clock* const clock_;

@@ -164,6 +164,7 @@ absl::Status Session::Join(const v1::JoinRequest& request,
     identities_.push_back(member.identity());
     peer_endpoints_.push_back(member.peer_endpoint());
   }
+  peer_crl_ = joined->peer_crl();
   StartHeartbeats();
   session_thread_ = std::thread([this] {
     RunSession();

@@ -67,6 +67,9 @@ class Session {
   const std::vector<std::string>& peer_endpoints() const {
     return peer_endpoints_;
   }
+  // The server's CRLs (PEM, Joined.peer_crl) when this member offered a
+  // peer endpoint; else, or when the server has none, empty.
+  const std::string& peer_crl() const { return peer_crl_; }
 
   // liveness is what this member has heard from the server lately (the
   // collective streams report what they hear to it too). Owned here.
@@ -118,6 +121,7 @@ class Session {
   ServerLiveness liveness_;
   std::vector<std::string> identities_;
   std::vector<std::string> peer_endpoints_;
+  std::string peer_crl_;
 
   const absl::Duration resume_grace_;
   Clock* const clock_;

@@ -176,17 +176,16 @@ absl::Status PeerListener::State::Check(const v1::PeerLinkHello& hello,
 }
 
 absl::StatusOr<std::unique_ptr<PeerListener>> PeerListener::Start(
-    std::shared_ptr<const PeerTls> tls, PeerListenerOptions options) {
+    std::shared_ptr<const PeerTls> tls, PeerSocket listening,
+    PeerListenerOptions options) {
   auto state = std::make_unique<State>();
-  absl::StatusOr<PeerSocket> listener = ListenTcp(options.listen);
-  if (!listener.ok()) return listener.status();
-  absl::StatusOr<int> port = BoundPort(*listener);
+  absl::StatusOr<int> port = BoundPort(listening);
   if (!port.ok()) return port.status();
   if (::pipe2(state->wake, O_CLOEXEC) != 0) {
     return absl::InternalError("peer listener: pipe2 failed");
   }
   state->tls = std::move(tls);
-  state->listener = *std::move(listener);
+  state->listener = std::move(listening);
   state->options = std::move(options);
   State* s = state.get();
   s->accepter = std::thread([s] { s->Accept(); });

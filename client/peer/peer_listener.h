@@ -30,12 +30,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/peer/peer_link.h"
+#include "client/peer/peer_socket.h"
 #include "client/peer/peer_tls.h"
 
 namespace fedgather {
 
 struct PeerListenerOptions {
-  std::string listen;  // HOST:PORT; port 0 picks a free one
   absl::Duration handshake_timeout = absl::Seconds(10);
   int max_handshakes = 8;
   // Each refused connection: the status names the dialer (its claimed
@@ -45,10 +45,12 @@ struct PeerListenerOptions {
 
 class PeerListener {
  public:
-  // Start listens and starts the threads. UNAVAILABLE or INVALID_ARGUMENT
-  // when `options.listen` cannot be bound.
+  // Start takes over `listening` (a socket ListenTcp made; a connection
+  // that came before waits in its backlog) and starts the threads.
+  // INTERNAL when the socket is not bound or a thread's pipe cannot be made.
   static absl::StatusOr<std::unique_ptr<PeerListener>> Start(
-      std::shared_ptr<const PeerTls> tls, PeerListenerOptions options);
+      std::shared_ptr<const PeerTls> tls, PeerSocket listening,
+      PeerListenerOptions options);
   // Stops the threads (handshakes in progress are cut) and closes every
   // link not taken.
   ~PeerListener();

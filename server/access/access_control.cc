@@ -82,6 +82,7 @@ absl::StatusOr<AccessControl::Snapshot> AccessControl::LoadSnapshot() const {
   Snapshot snapshot;
   snapshot.policy = std::make_shared<const AccessPolicy>(std::move(policy));
   snapshot.verifier = *std::move(verifier);
+  snapshot.crl_pem = std::move(crl_pem);
   return snapshot;
 }
 
@@ -92,6 +93,11 @@ AccessControl::Snapshot AccessControl::Current() const {
 
 std::shared_ptr<const AccessPolicy> AccessControl::policy() const {
   return Current().policy;
+}
+
+std::string AccessControl::crl_pem() const {
+  absl::MutexLock lock(&mu_);
+  return current_.crl_pem;
 }
 
 void AccessControl::Report(ServerEvent event) {

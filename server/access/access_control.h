@@ -152,6 +152,9 @@ class AccessControl {
 
   // policy returns the current policy.
   std::shared_ptr<const AccessPolicy> policy() const;
+  // crl_pem returns the current CRL file's text (empty without one): what
+  // members' peer links check certificates against (Joined.peer_crl).
+  std::string crl_pem() const;
 
   EventSink* events() const { return options_.events; }
 
@@ -159,6 +162,7 @@ class AccessControl {
   struct Snapshot {
     std::shared_ptr<const AccessPolicy> policy;
     std::shared_ptr<const ClientCertVerifier> verifier;
+    std::string crl_pem;  // what `verifier` was made with
   };
   explicit AccessControl(AccessControlOptions options);
   absl::StatusOr<Snapshot> LoadSnapshot() const;

@@ -152,9 +152,18 @@ void SessionReactor::OnReadDone(bool ok) {
 }
 
 void SessionReactor::SendJoined(const v1::Joined& joined) {
+  v1::Joined sent = joined;
+  // A member with a peer endpoint checks its links' certificates against
+  // the server's revocations (docs/security.md, "Peer links").
+  if (joined.rank() < static_cast<uint32_t>(joined.members_size()) &&
+      !joined.members(static_cast<int>(joined.rank()))
+           .peer_endpoint()
+           .empty()) {
+    sent.set_peer_crl(access_->crl_pem());
+  }
   {
     absl::MutexLock lock(&mu_);
-    joined_ = joined;
+    joined_ = std::move(sent);
   }
   StartNextWrite();
 }

@@ -53,6 +53,8 @@ class SessionReactor
                                absl::StatusOr<Admission> admission,
                                Clock* clock);
 
+  // SendJoined sends `joined`, with the server's CRL (Joined.peer_crl) when
+  // this member offered a peer endpoint.
   void SendJoined(const v1::Joined& joined) override;
   void Close(const absl::Status& status) override;
   // Revoke finishes the session with `status` and leaves the group, whose

@@ -19,6 +19,7 @@ namespace fedgather {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ListenOnLoopback;
 using testing::PeerTestPki;
 using ::testing::SizeIs;
 
@@ -39,13 +40,13 @@ class ListeningMember : public ::testing::Test {
  protected:
   void SetUp() override {
     PeerListenerOptions options;
-    options.listen = "127.0.0.1:0";
     options.handshake_timeout = absl::Seconds(2);
     options.on_refusal = [this](const absl::Status& status) {
       absl::MutexLock lock(&mu_);
       refusals_.push_back(status);
     };
-    auto listener = PeerListener::Start(pki_.Tls("site-1"), options);
+    auto listener =
+        PeerListener::Start(pki_.Tls("site-1"), ListenOnLoopback(), options);
     ASSERT_TRUE(listener.ok()) << listener.status();
     listener_ = *std::move(listener);
     listener_->ExpectEpoch("g", 1, 1, kMembers);
@@ -175,9 +176,8 @@ TEST_F(ListeningMember, ARevokedCertificateIsRefused) {
   auto crl = IssueCrl(pki_.ca(), {revoked.cert_pem}, absl::Now(),
                       absl::Now() + absl::Hours(1));
   ASSERT_TRUE(crl.ok()) << crl.status();
-  PeerListenerOptions options;
-  options.listen = "127.0.0.1:0";
-  auto listener = PeerListener::Start(pki_.Tls("site-2", *crl), options);
+  auto listener = PeerListener::Start(
+      pki_.Tls("site-2", *crl), ListenOnLoopback(), PeerListenerOptions());
   ASSERT_TRUE(listener.ok());
   (*listener)->ExpectEpoch("g", 1, 2, kMembers);
   auto tls = PeerTls::Create(revoked);

@@ -38,6 +38,12 @@ std::shared_ptr<const PeerTls> PeerTestPki::Tls(
   return *tls;
 }
 
+PeerSocket ListenOnLoopback() {
+  absl::StatusOr<PeerSocket> socket = ListenTcp("127.0.0.1:0");
+  EXPECT_TRUE(socket.ok()) << socket.status();
+  return socket.ok() ? *std::move(socket) : PeerSocket();
+}
+
 TestRing MakeRing(const PeerTestPki& pki, int world) {
   TestRing ring;
   std::vector<std::string> identities;
@@ -47,10 +53,9 @@ TestRing MakeRing(const PeerTestPki& pki, int world) {
   ring.from_prev.resize(world);
   for (int r = 0; r < world; ++r) {
     ring.tls.push_back(pki.Tls(identities[r]));
-    PeerListenerOptions options;
-    options.listen = "127.0.0.1:0";
     absl::StatusOr<std::unique_ptr<PeerListener>> listener =
-        PeerListener::Start(ring.tls[r], options);
+        PeerListener::Start(ring.tls[r], ListenOnLoopback(),
+                            PeerListenerOptions());
     EXPECT_TRUE(listener.ok()) << listener.status();
     ring.listeners.push_back(*std::move(listener));
     ring.listeners[r]->ExpectEpoch("g", 1, r, identities);

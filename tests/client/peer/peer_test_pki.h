@@ -9,6 +9,7 @@
 
 #include "client/peer/peer_link.h"
 #include "client/peer/peer_listener.h"
+#include "client/peer/peer_socket.h"
 #include "client/peer/peer_tls.h"
 #include "common/cert_issuer.h"
 #include "common/tls_credentials.h"
@@ -29,6 +30,10 @@ class PeerTestPki {
  private:
   KeyAndCert ca_;
 };
+
+// ListenOnLoopback: a listening socket on 127.0.0.1 at a free port (the
+// test fails when none can be bound).
+PeerSocket ListenOnLoopback();
 
 // N members "site-0".."site-N-1" of group "g" epoch 1, each with a
 // listener on 127.0.0.1:0, and the ring's links: to_next[r] is rank r's

@@ -275,6 +275,8 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   join.world_size = options.world_size;
   join.rank = options.rank;
   join.timeout = options.timeout;
+  join.peer_listen = options.peer_listen;
+  join.peer_advertise = options.peer_advertise;
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, client->Join(join));
 
   CollectiveOptions collective;

@@ -40,6 +40,9 @@ struct JoinCommandOptions {
   std::string input;   // safetensors; for all_gather_bytes any file
   std::string output;  // safetensors, see RunJoin
   absl::Duration timeout = absl::Minutes(5);
+  // The direct data plane: JoinOptions::peer_listen and peer_advertise.
+  std::string peer_listen;
+  std::string peer_advertise;
   // No progress report and no summary line; errors are still printed.
   bool quiet = false;
 };

@@ -46,10 +46,14 @@ class Client:
         self.tls_dir = tls_dir
 
     def join(self, group: str, world_size: int, rank: Optional[int] = None,
-             timeout: float = 300.0) -> "Group":
+             timeout: float = 300.0, peer_listen: str = "",
+             peer_advertise: str = "") -> "Group":
         """Joins ``group``; blocks until every member has joined.
 
         ``rank`` None lets the server assign ranks by sorted identity.
+        ``peer_listen`` (HOST:PORT, port 0 for any) offers the group a peer
+        endpoint for the direct data plane, dialled by the others at
+        ``peer_advertise`` when given (needed for a wildcard listen host).
         Raises Error: PERMISSION_DENIED when this identity is not a member
         (or there is no such group), INVALID_ARGUMENT for a wrong world size
         or rank, ALREADY_EXISTS when the rank is taken, DEADLINE_EXCEEDED when
@@ -57,7 +61,8 @@ class Client:
         the server cannot be reached or refuses the TLS handshake.
         """
         session = _C.Session.join(self.server, self.tls_dir, group,
-                                  int(world_size), rank, float(timeout))
+                                  int(world_size), rank, float(timeout),
+                                  peer_listen, peer_advertise)
         return Group(session)
 
 
@@ -98,6 +103,11 @@ class Group:
     def identities(self) -> List[str]:
         """identities[r] is the certificate identity of rank r."""
         return list(self._session.identities)
+
+    @property
+    def peer_endpoints(self) -> List[str]:
+        """peer_endpoints[r] is the peer endpoint rank r offered, or ""."""
+        return list(self._session.peer_endpoints)
 
     def _done(self, outcome):
         result, contributors = outcome

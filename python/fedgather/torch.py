@@ -9,7 +9,10 @@ After ``import fedgather.torch``::
 
 or, with FEDGATHER_SERVER (HOST:PORT), FEDGATHER_TLS_DIR and FEDGATHER_GROUP
 in the environment (and RANK and WORLD_SIZE, or the rank and world_size
-arguments), ``init_method="env://"`` or no init_method at all. Then
+arguments), ``init_method="env://"`` or no init_method at all. A member
+offers a peer endpoint for the direct data plane with the query's
+peer_listen=HOST:PORT (and peer_advertise=HOST:PORT), or
+FEDGATHER_PEER_LISTEN and FEDGATHER_PEER_ADVERTISE. Then
 dist.all_gather, all_gather_into_tensor, all_gather_object, all_reduce (SUM,
 AVG, MIN, MAX), broadcast and barrier run over fedgather, with async_op too.
 
@@ -127,7 +130,8 @@ class _FedgatherStore(dist.Store):
 
 
 def _join(server: str, tls_dir: str, group: str, world_size: int,
-          rank: Optional[int], timeout: timedelta):
+          rank: Optional[int], timeout: timedelta, peer_listen: str = "",
+          peer_advertise: str = ""):
     if not server or not tls_dir or not group:
         raise ValueError(
             "fedgather needs the server (HOST:PORT), the TLS directory and the "
@@ -138,7 +142,14 @@ def _join(server: str, tls_dir: str, group: str, world_size: int,
                          "WORLD_SIZE)")
     return _C.Session.join(server, tls_dir, group, int(world_size),
                            None if rank is None or rank < 0 else int(rank),
-                           timeout.total_seconds())
+                           timeout.total_seconds(), peer_listen,
+                           peer_advertise)
+
+
+def _peer_from_env():
+    """FEDGATHER_PEER_LISTEN and FEDGATHER_PEER_ADVERTISE, "" when unset."""
+    return (os.environ.get("FEDGATHER_PEER_LISTEN", ""),
+            os.environ.get("FEDGATHER_PEER_ADVERTISE", ""))
 
 
 def _int_or_none(value) -> Optional[int]:
@@ -156,13 +167,18 @@ def _fedgather_rendezvous_handler(url: str, timeout: timedelta = dist.default_pg
         rank = _int_or_none(query.get("rank", os.environ.get("RANK")))
         world_size = _int_or_none(query.get("world_size",
                                             os.environ.get("WORLD_SIZE")))
+        peer_listen, peer_advertise = _peer_from_env()
     else:
         server = result.netloc
         tls_dir = query.get("tls_dir", "")
         group = query.get("group", "")
         rank = _int_or_none(query.get("rank"))
         world_size = _int_or_none(query.get("world_size"))
-    session = _join(server, tls_dir, group, world_size, rank, timeout)
+        peer_listen, peer_advertise = _peer_from_env()
+        peer_listen = query.get("peer_listen", peer_listen)
+        peer_advertise = query.get("peer_advertise", peer_advertise)
+    session = _join(server, tls_dir, group, world_size, rank, timeout,
+                    peer_listen, peer_advertise)
     yield (_FedgatherStore(session), session.rank, session.world_size)
     raise RuntimeError("fedgather: re-rendezvous is not supported")
 
@@ -178,7 +194,7 @@ def _create_process_group(store, rank: int, world_size: int, timeout: timedelta)
         session = _join(os.environ.get("FEDGATHER_SERVER", ""),
                         os.environ.get("FEDGATHER_TLS_DIR", ""),
                         os.environ.get("FEDGATHER_GROUP", ""), world_size,
-                        rank, timeout)
+                        rank, timeout, *_peer_from_env())
     if session.rank != rank or session.world_size != world_size:
         raise RuntimeError(
             f"fedgather: the group {session.group!r} gave rank "

@@ -87,7 +87,8 @@ PYBIND11_MODULE(_C, m) {
           "join",
           [](const std::string& server, const std::string& tls_dir,
              const std::string& group, int world_size, std::optional<int> rank,
-             double timeout_seconds) {
+             double timeout_seconds, const std::string& peer_listen,
+             const std::string& peer_advertise) {
             SessionOptions options;
             options.server = server;
             options.tls_dir = tls_dir;
@@ -95,6 +96,8 @@ PYBIND11_MODULE(_C, m) {
             options.world_size = world_size;
             options.rank = rank;
             options.join_timeout = absl::Seconds(timeout_seconds);
+            options.peer_listen = peer_listen;
+            options.peer_advertise = peer_advertise;
             absl::StatusOr<std::shared_ptr<Session>> session;
             {
               py::gil_scoped_release release;
@@ -109,7 +112,8 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("server"), py::arg("tls_dir"), py::arg("group"),
           py::arg("world_size"), py::arg("rank") = std::nullopt,
-          py::arg("timeout") = 300.0)
+          py::arg("timeout") = 300.0, py::arg("peer_listen") = "",
+          py::arg("peer_advertise") = "")
       .def_property_readonly("rank",
                              [](const Session& s) { return s.group().rank(); })
       .def_property_readonly(
@@ -120,6 +124,9 @@ PYBIND11_MODULE(_C, m) {
                              [](const Session& s) { return s.group().epoch(); })
       .def_property_readonly(
           "identities", [](const Session& s) { return s.group().identities(); })
+      .def_property_readonly(
+          "peer_endpoints",
+          [](const Session& s) { return s.group().peer_endpoints(); })
       .def_property_readonly("server", &Session::server)
       .def(
           "all_gather",

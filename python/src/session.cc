@@ -18,6 +18,8 @@ absl::StatusOr<std::shared_ptr<Session>> Session::Join(
   join.world_size = options.world_size;
   join.rank = options.rank;
   join.timeout = options.join_timeout;
+  join.peer_listen = options.peer_listen;
+  join.peer_advertise = options.peer_advertise;
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, client->Join(join));
   return std::shared_ptr<Session>(
       new Session(options.server, std::move(client), std::move(group)));

@@ -26,6 +26,9 @@ struct SessionOptions {
   int world_size = 0;
   std::optional<int> rank;  // unset: the server assigns by sorted identity
   absl::Duration join_timeout = absl::Minutes(5);
+  // JoinOptions::peer_listen and peer_advertise (empty: none).
+  std::string peer_listen;
+  std::string peer_advertise;
 };
 
 class Session {

@@ -527,6 +527,56 @@ TEST(CliTest, TruncatedInputFileIsRefusedBeforeJoining) {
   EXPECT_THAT(*message, HasSubstr(in));
 }
 
+TEST(CliTest, PeerListenOffersAnEndpointTheServerChecks) {
+  ClusterOptions options(2);
+  options.group_extra = "    peer_networks: [10.0.0.0/8]\n";
+  TestCluster cluster(options);
+  std::vector<std::vector<std::vector<uint8_t>>> bytes(2);  // by site
+  std::vector<std::string> in;
+  for (int site = 0; site < 2; ++site) {
+    in.push_back(
+        WriteInput(cluster, site, {{"w", DType::kF32, {16}}}, &bytes[site]));
+  }
+  // A loopback endpoint is outside the group's networks: the server refuses
+  // the join, which shows the flag's endpoint reached it.
+  const std::string refused_err = cluster.dir() + "/refused.txt";
+  EXPECT_EQ(WaitExit(StartJoin(cluster, 0, 2, in[0], cluster.dir() + "/o0",
+                               refused_err, {"--peer-listen", "127.0.0.1:0"})),
+            1);
+  absl::StatusOr<std::string> refused = ReadFileToString(refused_err);
+  ASSERT_TRUE(refused.ok());
+  EXPECT_THAT(*refused, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(*refused, HasSubstr("'127.0.0.1:"));
+  // A wildcard listener with no advertised address is refused locally.
+  const std::string wildcard_err = cluster.dir() + "/wildcard.txt";
+  EXPECT_EQ(WaitExit(StartJoin(cluster, 0, 2, in[0], cluster.dir() + "/o0",
+                               wildcard_err, {"--peer-listen", "0.0.0.0:0"})),
+            1);
+  absl::StatusOr<std::string> wildcard = ReadFileToString(wildcard_err);
+  ASSERT_TRUE(wildcard.ok());
+  EXPECT_THAT(*wildcard, HasSubstr("INVALID_ARGUMENT"));
+  EXPECT_THAT(*wildcard, HasSubstr("--peer-advertise"));
+  // Advertised inside the networks, both members join and gather.
+  std::vector<pid_t> pids;
+  for (int site = 0; site < 2; ++site) {
+    pids.push_back(StartJoin(
+        cluster, site, 2, in[site], absl::StrCat(cluster.dir(), "/o", site), "",
+        {"--rank", std::to_string(site), "--peer-listen", "127.0.0.1:0",
+         "--peer-advertise", absl::StrCat("10.0.0.", site + 1, ":7070")}));
+  }
+  for (pid_t pid : pids) EXPECT_EQ(WaitExit(pid), 0);
+  std::vector<uint8_t> expected = bytes[0][0];
+  expected.insert(expected.end(), bytes[1][0].begin(), bytes[1][0].end());
+  for (int site = 0; site < 2; ++site) {
+    auto out =
+        SafetensorsFile::ReadFile(absl::StrCat(cluster.dir(), "/o", site));
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_EQ(out->tensors().size(), 1u);
+    const auto& data = out->tensors()[0].data;
+    EXPECT_EQ(std::vector<uint8_t>(data.begin(), data.end()), expected);
+  }
+}
+
 TEST(CliTest, HungParticipantIsLostAfterTheHeartbeatTimeout) {
   ClusterOptions options(2);
   options.limits.round_timeout = absl::Seconds(120);

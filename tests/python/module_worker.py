@@ -25,9 +25,12 @@ def dict_input(rank):
 def main():
     server, tls_dir, group_name, world, rank, out = sys.argv[1:7]
     world, rank = int(world), int(rank)
-    group = fedgather.Client(server, tls_dir).join(group_name, world, rank)
+    # Each rank offers a peer endpoint: every collective still works.
+    group = fedgather.Client(server, tls_dir).join(
+        group_name, world, rank, peer_listen="127.0.0.1:0")
     res = {"rank": group.rank, "world_size": group.world_size,
-           "name": group.name, "identities": group.identities}
+           "name": group.name, "identities": group.identities,
+           "peer_endpoints": group.peer_endpoints}
     res["all_gather"] = group.all_gather(tensor_input(rank))
     res["contributors"] = group.last_contributors
     res["all_gather_dict"] = group.all_gather(dict_input(rank))

@@ -31,8 +31,15 @@ class ModuleTest(unittest.TestCase):
                                  f"rank {r.rank}:\n{r.output}\n"
                                  f"{cluster.server_log()}")
         expected_gather = torch.stack([tensor_input(r) for r in range(WORLD)])
+        endpoints = torch.load(out.format(rank=0))["peer_endpoints"]
+        self.assertEqual(len(set(endpoints)), WORLD, endpoints)
+        for endpoint in endpoints:
+            host, port = endpoint.rsplit(":", 1)
+            self.assertEqual(host, "127.0.0.1")
+            self.assertGreater(int(port), 0)
         for rank in range(WORLD):
             res = torch.load(out.format(rank=rank))
+            self.assertEqual(res["peer_endpoints"], endpoints)
             self.assertEqual(res["rank"], rank)
             self.assertEqual(res["world_size"], WORLD)
             self.assertEqual(res["name"], "fl")

@@ -189,6 +189,30 @@ class TorchBackendTest(unittest.TestCase):
         self.assertIn("PERMISSION_DENIED", errors[0])
         self.assertIn("spiffe://fedgather/outsider", errors[0])
 
+    def test_peer_listen_comes_from_the_url_and_the_environment(self):
+        """peer_listen= in the URL and FEDGATHER_PEER_LISTEN both reach the
+        join: a wildcard listen address without an advertised one is refused
+        there, naming the setting to give."""
+        with fgtest.Cluster({"peer": ["site-1"]}) as cluster:
+            tls_dir = cluster.tls_dir("site-1")
+            url = (f"fedgather://{cluster.address}?group=peer"
+                   f"&tls_dir={tls_dir}&peer_listen=0.0.0.0:0")
+            from_url = fgtest.run_ranks(
+                worker_args("join", "fedgather", url, world_size=1), 1)
+            from_env = fgtest.run_ranks(
+                lambda rank: ["-c", _ENV_SHIM, tls_dir, str(rank)] +
+                worker_args("join", "fedgather", "env://", "",
+                            pass_rank=False)(rank),
+                1, env={"FEDGATHER_SERVER": cluster.address,
+                        "FEDGATHER_GROUP": "peer", "WORLD_SIZE": "1",
+                        "FEDGATHER_PEER_LISTEN": "0.0.0.0:0"})
+        for results in (from_url, from_env):
+            errors = [l for l in results[0].output.splitlines()
+                      if l.startswith("ERROR: ")]
+            self.assertEqual(len(errors), 1, results[0].output)
+            self.assertIn("INVALID_ARGUMENT", errors[0])
+            self.assertIn("FEDGATHER_PEER_ADVERTISE", errors[0])
+
 
 # Runs the worker with FEDGATHER_TLS_DIR and RANK set for one rank:
 # python3 -c SHIM TLS_DIR RANK WORKER ARGS...

@@ -212,6 +212,10 @@ TEST(PeerOfferTest, BadPeerAddressesAreRefusedBeforeAnythingIsSent) {
   ASSERT_TRUE(group.ok()) << group.status();
   EXPECT_EQ((*group)->peer_endpoints(),
             std::vector<std::string>{"127.0.0.1:7009"});
+  // The check above could not have passed vacuously: a formed group is
+  // recorded, once.
+  EXPECT_EQ(cluster.events().OfKind(server::EventKind::kGroupFormed).size(),
+            1u);
 }
 
 }  // namespace

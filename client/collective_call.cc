@@ -27,6 +27,7 @@ absl::Status CollectiveCall::Prepare() {
   header->set_op(setup_.op);
   header->set_rank(setup_.rank);
   header->set_digest_algorithm(DigestAlgorithmToProto(setup_.digest));
+  header->set_data_plane(setup_.data_plane);
   if (setup_.op == v1::BROADCAST) {
     if (setup_.root < 0 || setup_.root >= setup_.world_size) {
       return absl::InvalidArgumentError(

@@ -79,6 +79,9 @@ struct CollectiveSetup {
   int64_t upload_chunk_bytes = 0;
   int root = 0;  // BROADCAST: the rank that sends; the others only receive
   v1::ReduceOp reduce = v1::REDUCE_UNSPECIFIED;  // ALL_REDUCE
+  // The plane the header declares (CollectiveHeader.data_plane): DIRECT
+  // on a DirectDataPlane, else left unset (the relay).
+  v1::DataPlane data_plane = v1::DATA_PLANE_UNSPECIFIED;
   double weight = 1;  // ALL_REDUCE WEIGHTED_MEAN: this rank's example count
   // How long after a stream breaks it may be resumed (zero: never).
   absl::Duration resume_grace = absl::Seconds(10);

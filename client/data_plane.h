@@ -47,6 +47,10 @@ class FrameHandler {
   // the stream's read buffer, valid during the call). Returns whether to
   // read the next one.
   virtual bool OnFrame(grpc::ByteBuffer& frame) = 0;
+  // OnReadEnded: the stream will deliver no more frames (the other side
+  // is over, or OnFrame asked for no more); OnEnded follows. Only a
+  // handler that writes from outside its calls needs it.
+  virtual void OnReadEnded() {}
   // OnEnded: the stream is over with `status`; `server_final` tells that
   // the server ended it on purpose (the round's outcome, never resumed)
   // rather than the connection breaking.

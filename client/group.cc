@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/part_buffer.h"
+#include "common/data_plane_name.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -61,6 +62,12 @@ class BroadcastTarget : public ReceiveTarget {
   absl::Span<const MutableHostTensor> tensors_;
 };
 
+// How long a member of a direct candidate epoch waits for its two ring
+// links, and then for the server's choice (which comes within 20 s of the
+// epoch's forming: docs/protocol.md, "Data planes").
+constexpr absl::Duration kRingConnectTimeout = absl::Seconds(10);
+constexpr absl::Duration kDataPlaneWait = absl::Seconds(30);
+
 CollectiveSetup Setup(v1::Op op) {
   CollectiveSetup setup;
   setup.op = op;
@@ -94,12 +101,63 @@ absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
                          std::unique_ptr<PeerOffer> offer,
                          const TlsFiles& tls) {
   FG_RETURN_IF_ERROR(session_.Join(request, timeout, connect_timeout));
-  if (offer == nullptr) return absl::OkStatus();
+  {
+    absl::MutexLock lock(&plane_mu_);
+    epoch_plane_reason_ = session_.data_plane_reason();
+  }
+  if (offer == nullptr) {
+    if (session_.data_plane() == v1::DATA_PLANE_DIRECT) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "group '", session_.name(), "' epoch ", session_.epoch(),
+          " formed on the direct data plane, but this member offered no "
+          "peer endpoint"));
+    }
+    return absl::OkStatus();
+  }
   PeerEpoch epoch{session_.name(), session_.epoch(), session_.rank(),
                   session_.identities(), session_.peer_crl()};
   FG_RETURN_IF_ERROR(offer->Open(tls, epoch, PeerListenerOptions()));
   peer_offer_ = std::move(offer);
+  if (session_.data_plane() != v1::DATA_PLANE_DIRECT) return absl::OkStatus();
+  // A direct candidate: every member dials its successor while it admits
+  // its predecessor, and reports how that went; the server then chooses
+  // the plane for every member alike.
+  absl::StatusOr<PeerRing> ring = ConnectPeerRing(
+      *peer_offer_, session_.name(), session_.epoch(), session_.rank(),
+      session_.identities(), session_.peer_endpoints(),
+      absl::Now() + kRingConnectTimeout);
+  FG_RETURN_IF_ERROR(session_.ReportPeerLinks(ring.status()));
+  FG_ASSIGN_OR_RETURN(const v1::DataPlaneChosen chosen,
+                      session_.AwaitDataPlane(absl::Now() + kDataPlaneWait));
+  {
+    absl::MutexLock lock(&plane_mu_);
+    epoch_plane_reason_ = chosen.reason();
+  }
+  if (chosen.data_plane() != v1::DATA_PLANE_DIRECT) return absl::OkStatus();
+  if (!ring.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "the server chose the direct plane for group '", session_.name(),
+        "' epoch ", session_.epoch(), " although rank ", session_.rank(),
+        " reported that its ring links failed: ", ring.status().message()));
+  }
+  ring_ = std::make_unique<PeerRing>(*std::move(ring));
+  DirectPlaneOptions direct;
+  direct.max_chunk_bytes = session_.max_chunk_bytes();
+  direct_plane_ =
+      std::make_unique<DirectDataPlane>(&data_plane_, ring_.get(), direct);
+  absl::MutexLock lock(&plane_mu_);
+  epoch_plane_ = v1::DATA_PLANE_DIRECT;
   return absl::OkStatus();
+}
+
+v1::DataPlane Group::data_plane() const {
+  absl::MutexLock lock(&plane_mu_);
+  return epoch_plane_;
+}
+
+std::string Group::data_plane_reason() const {
+  absl::MutexLock lock(&plane_mu_);
+  return epoch_plane_reason_;
 }
 
 absl::Status Group::Run(CollectiveSetup setup,
@@ -120,14 +178,30 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.progress = options.progress;
   setup.liveness = session_.liveness();
   setup.clock = clock_;
+  DataPlane* plane = &data_plane_;
+  const v1::DataPlane epoch_plane = data_plane();
+  if (RoundPlane(epoch_plane, setup.op) == v1::DATA_PLANE_DIRECT) {
+    setup.data_plane = v1::DATA_PLANE_DIRECT;
+    direct_plane_->set_forward_hook(options.direct_forward_hook);
+    plane = direct_plane_.get();
+  }
   CollectiveCall call(setup, inputs, target);
   // Bad local input is reported as such, even when the group has ended.
   FG_RETURN_IF_ERROR(call.Prepare());
   FG_RETURN_IF_ERROR(session_.Check());
-  call.Start(&data_plane_);
+  call.Start(plane);
   // The header is on its way: this seq is spent whatever the outcome.
   ++next_seq_;
   const absl::Status status = call.Wait(options.timeout);
+  if (!status.ok() && epoch_plane == v1::DATA_PLANE_DIRECT) {
+    // The server falls back too when a round of a direct epoch fails
+    // (docs/protocol.md, "Data planes"); a ring link may be broken.
+    absl::MutexLock lock(&plane_mu_);
+    epoch_plane_ = v1::DATA_PLANE_RELAY;
+    epoch_plane_reason_ =
+        absl::StrCat("fell back to the relay after seq ", setup.seq,
+                     " failed: ", status.message());
+  }
   // A call that failed on a silent server ends the session too.
   if (!status.ok()) session_.Check().IgnoreError();
   if (options.stats != nullptr) *options.stats = call.stats();

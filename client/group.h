@@ -34,13 +34,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/collective_call.h"
 #include "client/collective_queue.h"
+#include "client/direct_data_plane.h"
 #include "client/peer/peer_offer.h"
+#include "client/peer/peer_ring.h"
 #include "client/relay_data_plane.h"
 #include "client/session.h"
 #include "client/work.h"
@@ -83,6 +87,9 @@ struct CollectiveOptions {
   // bytes were sent or frames received (negative: never).
   int64_t break_after_bytes_sent = -1;
   int64_t break_after_frames_received = -1;
+  // Test hook, direct plane only: sees each ring chunk this rank forwards
+  // (RingAllGatherOptions::forward_hook) and may change it.
+  std::function<void(int part, char* data, size_t size)> direct_forward_hook;
 };
 
 class Group {
@@ -114,6 +121,12 @@ class Group {
   // listener admitting this epoch's links (client/peer/peer_offer.h). Null
   // when it joined without JoinOptions::peer_listen.
   const PeerOffer* peer_offer() const { return peer_offer_.get(); }
+  // The plane the epoch's all_gather family runs on now (docs/protocol.md,
+  // "Data planes"), and why: the server's choice when the epoch formed
+  // (Joined.data_plane), until a round of the epoch fails, after which
+  // this member and the server both fall back to the relay for good.
+  v1::DataPlane data_plane() const;
+  std::string data_plane_reason() const;
 
   // Every collective has a blocking form and an ...Async form that returns
   // a Work at once (client/work.h); the blocking form is the Async one
@@ -268,6 +281,12 @@ class Group {
   std::unique_ptr<PeerOffer> peer_offer_;
   Session session_;  // the membership: join, heartbeats, resume, leave
   RelayDataPlane data_plane_;  // carries the collectives' bytes
+  // A direct epoch's ring links and the plane over them (null otherwise).
+  std::unique_ptr<PeerRing> ring_;
+  std::unique_ptr<DirectDataPlane> direct_plane_;
+  mutable absl::Mutex plane_mu_;
+  v1::DataPlane epoch_plane_ ABSL_GUARDED_BY(plane_mu_) = v1::DATA_PLANE_RELAY;
+  std::string epoch_plane_reason_ ABSL_GUARDED_BY(plane_mu_);
   Clock* const clock_;
   uint64_t next_seq_ = 0;  // used only on the queue's thread
   CollectiveQueue queue_;  // runs every collective, in order

@@ -14,16 +14,20 @@ constexpr char kCollectiveMethod[] = "/fedgather.v1.Rendezvous/Collective";
 // One Collective stream: a gRPC reactor that hands its events to the
 // handler. It holds no lock; gRPC keeps one write and one read in flight.
 class RelayStream
-    : public FrameStream,
+    : public HeldFrameStream,
       public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   RelayStream(grpc::GenericStub* stub, grpc::ByteBuffer header,
-              FrameHandler* handler)
-      : stub_(stub), handler_(handler), write_buffer_(std::move(header)) {}
+              FrameHandler* handler, bool held)
+      : stub_(stub),
+        handler_(handler),
+        held_(held),
+        write_buffer_(std::move(header)) {}
 
   void Start() override {
     stub_->PrepareBidiStreamingCall(&context_, kCollectiveMethod,
                                     grpc::StubOptions(), this);
+    if (held_) AddHold();
     StartRead(&read_buffer_);
     StartWrite(&write_buffer_);
     StartCall();
@@ -34,11 +38,16 @@ class RelayStream
   }
   void WritesDone() override { StartWritesDone(); }
   void Cancel() override { context_.TryCancel(); }
+  void Release() override { RemoveHold(); }
 
  private:
   void OnWriteDone(bool ok) override { handler_->OnWritten(ok); }
   void OnReadDone(bool ok) override {
-    if (ok && handler_->OnFrame(read_buffer_)) StartRead(&read_buffer_);
+    if (ok && handler_->OnFrame(read_buffer_)) {
+      StartRead(&read_buffer_);
+    } else if (!ok) {
+      handler_->OnReadEnded();
+    }
   }
   void OnDone(const grpc::Status& status) override {
     const auto& trailers = context_.GetServerTrailingMetadata();
@@ -51,6 +60,7 @@ class RelayStream
 
   grpc::GenericStub* const stub_;
   FrameHandler* const handler_;
+  const bool held_;
   grpc::ClientContext context_;
   grpc::ByteBuffer write_buffer_;  // one write in flight
   grpc::ByteBuffer read_buffer_;   // one read in flight
@@ -63,7 +73,14 @@ RelayDataPlane::RelayDataPlane(std::shared_ptr<grpc::Channel> channel)
 
 std::unique_ptr<FrameStream> RelayDataPlane::Open(grpc::ByteBuffer header,
                                                   FrameHandler* handler) {
-  return std::make_unique<RelayStream>(&stub_, std::move(header), handler);
+  return std::make_unique<RelayStream>(&stub_, std::move(header), handler,
+                                       /*held=*/false);
+}
+
+std::unique_ptr<HeldFrameStream> RelayDataPlane::OpenHeld(
+    grpc::ByteBuffer header, FrameHandler* handler) {
+  return std::make_unique<RelayStream>(&stub_, std::move(header), handler,
+                                       /*held=*/true);
 }
 
 }  // namespace fedgather

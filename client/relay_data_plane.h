@@ -16,6 +16,17 @@
 
 namespace fedgather {
 
+// A Collective stream opened with a hold (RelayDataPlane::OpenHeld): it
+// does not end (FrameHandler::OnEnded) until Release, so a thread outside
+// its handler's calls may still Write and WritesDone on it, as gRPC's
+// AddHold allows. Its handler hears OnReadEnded when the server's side is
+// over; every path must call Release exactly once after the last write it
+// starts.
+class HeldFrameStream : public FrameStream {
+ public:
+  virtual void Release() = 0;
+};
+
 class RelayDataPlane : public DataPlane {
  public:
   // The streams go over `channel` (the group's connection to the server).
@@ -25,6 +36,9 @@ class RelayDataPlane : public DataPlane {
   // server's fedgather-final trailer (one that asks for a retry is not).
   std::unique_ptr<FrameStream> Open(grpc::ByteBuffer header,
                                     FrameHandler* handler) override;
+  // OpenHeld is Open with a hold (HeldFrameStream).
+  std::unique_ptr<HeldFrameStream> OpenHeld(grpc::ByteBuffer header,
+                                            FrameHandler* handler);
 
  private:
   grpc::GenericStub stub_;  // thread-safe: streams start from any thread

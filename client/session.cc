@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/bounded_text.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -165,6 +166,10 @@ absl::Status Session::Join(const v1::JoinRequest& request,
     peer_endpoints_.push_back(member.peer_endpoint());
   }
   peer_crl_ = joined->peer_crl();
+  data_plane_ = joined->data_plane() == v1::DATA_PLANE_DIRECT
+                    ? v1::DATA_PLANE_DIRECT
+                    : v1::DATA_PLANE_RELAY;
+  data_plane_reason_ = joined->data_plane_reason();
   StartHeartbeats();
   session_thread_ = std::thread([this] {
     RunSession();
@@ -202,7 +207,13 @@ void Session::RunSession() {
   for (;;) {
     v1::SessionEvent event;
     // The server answers each heartbeat; every event shows it is alive.
-    while (session_->Read(&event)) liveness_.Heard(clock_->Now());
+    while (session_->Read(&event)) {
+      liveness_.Heard(clock_->Now());
+      if (event.kind_case() == v1::SessionEvent::kDataPlaneChosen) {
+        absl::MutexLock lock(&mu_);
+        data_plane_chosen_ = event.data_plane_chosen();
+      }
+    }
     liveness_.Pause();  // a broken session is resumed within its grace
     StopHeartbeats();
     const grpc::Status status = session_->Finish();
@@ -231,6 +242,31 @@ void Session::RunSession() {
         leaving_ ? absl::CancelledError("this member left the group") : ended;
     return;
   }
+}
+
+absl::Status Session::ReportPeerLinks(const absl::Status& links) {
+  v1::SessionRequest report;
+  report.mutable_peer_links()->set_code(static_cast<int32_t>(links.code()));
+  report.mutable_peer_links()->set_message(TruncateText(links.message(), 1024));
+  absl::MutexLock write_lock(&write_mu_);
+  if (session_ == nullptr || !session_->Write(report)) {
+    return absl::UnavailableError(
+        "the session broke before this member could report its ring links");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::DataPlaneChosen> Session::AwaitDataPlane(
+    absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return data_plane_chosen_.has_value() || !session_status_.ok();
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  if (data_plane_chosen_.has_value()) return *data_plane_chosen_;
+  if (!session_status_.ok()) return session_status_;
+  return absl::DeadlineExceededError(
+      "the server did not choose the epoch's data plane in time");
 }
 
 absl::Status Session::CheckServer() {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -70,6 +71,18 @@ class Session {
   // The server's CRLs (PEM, Joined.peer_crl) when this member offered a
   // peer endpoint; else, or when the server has none, empty.
   const std::string& peer_crl() const { return peer_crl_; }
+  // The epoch's data plane and why the server chose it (Joined): DIRECT
+  // there is a candidate, settled by ReportPeerLinks and AwaitDataPlane.
+  v1::DataPlane data_plane() const { return data_plane_; }
+  const std::string& data_plane_reason() const { return data_plane_reason_; }
+
+  // ReportPeerLinks tells the server how this member's ring links went
+  // (PeerLinks: OK, or the error). UNAVAILABLE when the session is broken.
+  absl::Status ReportPeerLinks(const absl::Status& links);
+  // AwaitDataPlane waits for the server's DataPlaneChosen, at most until
+  // `deadline` (DEADLINE_EXCEEDED), and returns it; the session's status
+  // when it ends first.
+  absl::StatusOr<v1::DataPlaneChosen> AwaitDataPlane(absl::Time deadline);
 
   // liveness is what this member has heard from the server lately (the
   // collective streams report what they hear to it too). Owned here.
@@ -122,6 +135,8 @@ class Session {
   std::vector<std::string> identities_;
   std::vector<std::string> peer_endpoints_;
   std::string peer_crl_;
+  v1::DataPlane data_plane_ = v1::DATA_PLANE_RELAY;
+  std::string data_plane_reason_;
 
   const absl::Duration resume_grace_;
   Clock* const clock_;
@@ -142,6 +157,8 @@ class Session {
   // The context of the session stream now (cancelled to leave).
   std::unique_ptr<grpc::ClientContext> session_context_ ABSL_GUARDED_BY(mu_);
   absl::Status session_status_ ABSL_GUARDED_BY(mu_);  // set when it ends
+  // The server's DataPlaneChosen, once it arrived.
+  std::optional<v1::DataPlaneChosen> data_plane_chosen_ ABSL_GUARDED_BY(mu_);
   bool leaving_ ABSL_GUARDED_BY(mu_) = false;
 };
 

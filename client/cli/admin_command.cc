@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "client/client.h"
 #include "common/content_hasher.h"
+#include "common/data_plane_name.h"
 #include "common/status_macros.h"
 
 namespace fedgather::cli {
@@ -140,6 +141,10 @@ absl::Status RunStatus(const AdminCommandOptions& options, std::ostream& out) {
         << (digest.ok() ? DigestAlgorithmName(*digest)
                         : absl::StrCat(group.digest_algorithm()));
     out << "\n";
+    if (group.formed()) {
+      out << "  data plane " << DataPlaneName(group.data_plane()) << ": "
+          << group.data_plane_reason() << "\n";
+    }
     if (group.members_size() > 0) {
       out << absl::StrFormat("  %-5s %-40s %s\n", "rank", "identity",
                              "session");

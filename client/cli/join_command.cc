@@ -18,6 +18,7 @@
 #include "client/nccl/cpu_local_collective.h"
 #include "client/nccl/stacked_gather.h"
 #include "client/part_buffer.h"
+#include "common/data_plane_name.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
@@ -284,6 +285,13 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   TransferProgress progress;
   collective.progress = &progress;
   const absl::Time start = options.clock->Now();
+  // The plane this op runs on (a failure makes the epoch fall back).
+  const v1::Op op_kind = options.op == "all_gather_bytes" ? v1::ALL_GATHER_BYTES
+                         : options.op == "broadcast"      ? v1::BROADCAST
+                         : options.op == "all_reduce"     ? v1::ALL_REDUCE
+                                                          : v1::ALL_GATHER;
+  const v1::DataPlane plane = RoundPlane(group->data_plane(), op_kind);
+  const std::string plane_reason = group->data_plane_reason();
   absl::StatusOr<Result> result;
   {
     std::optional<ProgressReporter> reporter;
@@ -312,20 +320,23 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   metadata["fedgather.epoch"] = absl::StrCat(group->epoch());
   metadata["fedgather.world_size"] = absl::StrCat(world);
   metadata["fedgather.op"] = options.op;
+  metadata["fedgather.data_plane"] = DataPlaneName(plane);
   for (int r = 0; r < world; ++r) {
     metadata[absl::StrCat("fedgather.rank.", r)] = group->identities()[r];
   }
   FG_RETURN_IF_ERROR(
       WriteSafetensorsFile(options.output, result->tensors, metadata));
   if (options.quiet) return absl::OkStatus();
-  std::printf("%s\n",
-              absl::StrFormat(
-                  "joined group '%s' as rank %d of %d (epoch %d); %s: %d "
-                  "tensor(s), %.1f MiB, in %.3f s; wrote %s",
-                  group->name(), group->rank(), world, group->epoch(),
-                  options.op, result->tensors.size(), result->bytes / 1048576.0,
-                  absl::ToDoubleSeconds(took), options.output)
-                  .c_str());
+  std::printf(
+      "%s\n",
+      absl::StrFormat("joined group '%s' as rank %d of %d (epoch %d); %s: %d "
+                      "tensor(s), %.1f MiB, in %.3f s, on the %s plane (%s); "
+                      "wrote %s",
+                      group->name(), group->rank(), world, group->epoch(),
+                      options.op, result->tensors.size(),
+                      result->bytes / 1048576.0, absl::ToDoubleSeconds(took),
+                      DataPlaneName(plane), plane_reason, options.output)
+          .c_str());
   return absl::OkStatus();
 }
 

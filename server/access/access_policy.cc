@@ -246,6 +246,20 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
         if (!network.ok()) return at.Error(network.status().message());
         group.peer_networks.push_back(*std::move(network));
       }
+    } else if (key == "data_plane") {
+      FG_ASSIGN_OR_RETURN(const std::string name,
+                          Scalar(item.second, where.In("data_plane")));
+      if (name == "auto") {
+        group.data_plane = DataPlanePolicy::kAuto;
+      } else if (name == "relay") {
+        group.data_plane = DataPlanePolicy::kRelay;
+      } else if (name == "direct") {
+        group.data_plane = DataPlanePolicy::kDirect;
+      } else {
+        return where.In("data_plane")
+            .Error(absl::StrCat("is '", name,
+                                "' (expected auto, relay or direct)"));
+      }
     } else if (key == "members") {
       FG_RETURN_IF_ERROR(RequireMap(
           item.second, where.In("members (identity: role, one per line)")));
@@ -262,7 +276,7 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
       return where.Error(absl::StrCat(
           "unknown key '", key,
           "' (expected name, world_size, min_quorum, round_deadline, "
-          "max_rounds_in_flight, digest, peer_networks, members)"));
+          "max_rounds_in_flight, digest, peer_networks, data_plane, members)"));
     }
   }
   if (!has_world_size) return where.Error("world_size is missing");
@@ -278,6 +292,14 @@ absl::StatusOr<GroupPolicy> ParseGroup(const YAML::Node& node,
     return where.Error(absl::StrCat("min_quorum ", group.min_quorum,
                                     " is larger than world_size ",
                                     group.world_size));
+  }
+  if (group.data_plane == DataPlanePolicy::kDirect && group.min_quorum > 0 &&
+      group.min_quorum < group.world_size) {
+    return where.Error(
+        absl::StrCat("data_plane is direct but min_quorum ", group.min_quorum,
+                     " is below world_size ", group.world_size,
+                     ": quorum rounds run on the relay (data_plane: auto or "
+                     "relay)"));
   }
   return group;
 }
@@ -375,6 +397,7 @@ std::vector<GroupConfig> AccessPolicy::GroupConfigs() const {
     config.max_rounds_in_flight = group.max_rounds_in_flight;
     config.digest = group.digest;
     config.peer_networks = group.peer_networks;
+    config.data_plane = group.data_plane;
     for (const auto& [identity, role] : group.members) {
       if (role == Role::kParticipant) config.members.push_back(identity);
     }

@@ -92,7 +92,8 @@ struct GroupPolicy {
   int max_rounds_in_flight = kDefaultGroupRoundsInFlight;
   DigestAlgorithm digest = DigestAlgorithm::kBlake3;
   std::vector<IpNetwork> peer_networks;  // empty: any peer endpoint
-  std::map<std::string, Role> members;   // identity -> role
+  DataPlanePolicy data_plane = DataPlanePolicy::kAuto;
+  std::map<std::string, Role> members;  // identity -> role
 };
 
 class AccessPolicy {

@@ -50,6 +50,8 @@ const char* EventKindName(EventKind kind) {
       return "audit_unwritable";
     case EventKind::kAuditWritable:
       return "audit_writable";
+    case EventKind::kDataPlaneChosen:
+      return "data_plane_chosen";
   }
   return "unknown";
 }

@@ -48,6 +48,9 @@ enum class EventKind {
   kAuditUnwritable,       // the audit log cannot be written (status says
                           // why): joins and new rounds are refused
   kAuditWritable,         // the audit log can be written again
+  kDataPlaneChosen,       // a formed epoch's data plane was settled (its
+                          // ring links reported) or fell back to the
+                          // relay; details: the plane, why
 };
 
 const char* EventKindName(EventKind kind);

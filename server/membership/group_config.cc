@@ -13,6 +13,18 @@ absl::Status NotAMemberError(absl::string_view identity,
                    "' (no such group, or the identity is not a member)"));
 }
 
+const char* DataPlanePolicyName(DataPlanePolicy policy) {
+  switch (policy) {
+    case DataPlanePolicy::kAuto:
+      return "auto";
+    case DataPlanePolicy::kRelay:
+      return "relay";
+    case DataPlanePolicy::kDirect:
+      return "direct";
+  }
+  return "auto";
+}
+
 absl::Status CheckPeerEndpoint(const std::string& endpoint,
                                const GroupConfig& config) {
   const std::string quoted =

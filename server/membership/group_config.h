@@ -17,6 +17,15 @@ namespace fedgather::server {
 
 inline constexpr int kDefaultGroupRoundsInFlight = 4;
 
+// The policy's choice of data plane for a group's epochs (docs/protocol.md,
+// "Data planes"): kAuto runs an epoch direct when every member offered a
+// peer endpoint (and the group is not a quorum group), else on the relay;
+// kDirect refuses a join that offers no endpoint; kRelay never goes direct.
+enum class DataPlanePolicy { kAuto, kRelay, kDirect };
+
+// The policy's word for it: "auto", "relay" or "direct".
+const char* DataPlanePolicyName(DataPlanePolicy policy);
+
 struct GroupConfig {
   std::string name;
   int world_size = 0;
@@ -39,6 +48,7 @@ struct GroupConfig {
   // when not empty, an endpoint must be an IP address in one of these
   // networks; empty: any HOST:PORT.
   std::vector<IpNetwork> peer_networks;
+  DataPlanePolicy data_plane = DataPlanePolicy::kAuto;
   std::vector<std::string> members;  // participants, as in certificates
 };
 

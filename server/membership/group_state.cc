@@ -7,10 +7,19 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/bounded_text.h"
+#include "common/data_plane_name.h"
 #include "server/relay/journal_recorder.h"
 #include "server/relay/round_restore.h"
 
 namespace fedgather::server {
+namespace {
+
+// How long a direct candidate waits for every member's ring links, and
+// what a failed report may add to the reason.
+constexpr absl::Duration kLinkReportTimeout = absl::Seconds(20);
+constexpr size_t kMaxLinkReportBytes = 1024;
+
+}  // namespace
 
 GroupState::GroupState(GroupConfig config, const GroupLimits& limits)
     : name_(config.name), limits_(limits), config_(std::move(config)) {}
@@ -28,6 +37,11 @@ absl::Status GroupState::Restore(absl::Time now, PendingCallbacks* callbacks) {
   if (!saved->formed) return absl::OkStatus();
   formed_ = true;
   digest_ = saved->digest;
+  // The journal keeps no peer endpoints: a restored epoch carries on over
+  // the relay, and its members learn it from the Joined of their resume.
+  data_plane_reason_ =
+      "the epoch was restored after a server restart, without its peer "
+      "endpoints";
   for (size_t r = 0; r < saved->identities.size(); ++r) {
     Member member;
     member.identity = saved->identities[r];
@@ -149,6 +163,12 @@ absl::Status GroupState::Join(const std::string& identity,
         !offered.ok()) {
       return offered;
     }
+  } else if (config_.data_plane == DataPlanePolicy::kDirect) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        group,
+        " runs the direct data plane (its policy's data_plane: direct), so "
+        "every member must offer a peer endpoint (JoinRequest.peer_endpoint, "
+        "fedgather join --peer-listen)"));
   }
   if (formed_) {
     const auto member =
@@ -198,6 +218,8 @@ v1::Joined GroupState::JoinedLocked(int rank) const {
       absl::ToInt64Milliseconds(limits_.heartbeat_timeout));
   joined.set_max_chunk_bytes(static_cast<uint32_t>(limits_.max_chunk_bytes));
   joined.set_digest_algorithm(DigestAlgorithmToProto(digest_));
+  joined.set_data_plane(data_plane_);
+  joined.set_data_plane_reason(data_plane_reason_);
   for (size_t r = 0; r < members_.size(); ++r) {
     v1::Member* member = joined.add_members();
     member->set_rank(static_cast<uint32_t>(r));
@@ -290,6 +312,7 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
     members_.push_back(std::move(member));
   }
   waiting_.clear();
+  ChooseDataPlaneLocked(now);
   if (journal_ != nullptr) {
     std::vector<std::string> identities;
     for (const Member& m : members_) identities.push_back(m.identity);
@@ -315,7 +338,126 @@ void GroupState::FormLocked(absl::Time now, PendingCallbacks* callbacks) {
   for (int r = 0; r < world; ++r) {
     formed.details.emplace_back(absl::StrCat("rank_", r), members_[r].identity);
   }
+  formed.details.emplace_back("data_plane", DataPlaneName(data_plane_));
+  formed.details.emplace_back("data_plane_reason", data_plane_reason_);
   DeferEvent(limits_.events, std::move(formed), callbacks);
+}
+
+void GroupState::ChooseDataPlaneLocked(absl::Time now) {
+  data_plane_ = v1::DATA_PLANE_RELAY;
+  links_pending_ = false;
+  const int world = static_cast<int>(members_.size());
+  if (config_.data_plane == DataPlanePolicy::kRelay) {
+    data_plane_reason_ = "the group's policy sets data_plane: relay";
+    return;
+  }
+  if (config_.min_quorum > 0 && config_.min_quorum < world) {
+    data_plane_reason_ =
+        absl::StrCat("quorum rounds (min_quorum ", config_.min_quorum, " of ",
+                     world, ") run on the relay");
+    return;
+  }
+  for (int r = 0; r < world; ++r) {
+    if (members_[r].peer_endpoint.empty()) {
+      data_plane_reason_ = absl::StrCat("rank ", r, " (", members_[r].identity,
+                                        ") offered no peer endpoint");
+      return;
+    }
+  }
+  // A candidate: the members make their ring links and report them.
+  data_plane_ = v1::DATA_PLANE_DIRECT;
+  data_plane_reason_ =
+      absl::StrCat("every member offered a peer endpoint (data_plane: ",
+                   DataPlanePolicyName(config_.data_plane),
+                   "); waiting for the members' ring links");
+  links_pending_ = true;
+  link_reports_.assign(world, std::nullopt);
+  links_deadline_ = now + kLinkReportTimeout;
+}
+
+absl::Status GroupState::ReportPeerLinks(const SessionStream* session,
+                                         const v1::PeerLinks& report,
+                                         PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  const auto member =
+      std::find_if(members_.begin(), members_.end(),
+                   [&](const Member& m) { return m.session_key == session; });
+  if (!formed_ || member == members_.end()) {
+    return absl::FailedPreconditionError(
+        "PeerLinks may be sent only by a member of a formed epoch");
+  }
+  const int rank = static_cast<int>(member - members_.begin());
+  // Late (the plane was settled without it) or repeated: nothing to do.
+  if (!links_pending_ || link_reports_[rank].has_value()) {
+    return absl::OkStatus();
+  }
+  absl::Status links;
+  if (report.code() != 0) {
+    const int code = report.code() > 0 && report.code() <= 16
+                         ? report.code()
+                         : static_cast<int>(absl::StatusCode::kUnknown);
+    links = absl::Status(static_cast<absl::StatusCode>(code),
+                         TruncateText(report.message(), kMaxLinkReportBytes));
+  }
+  if (links.code() == absl::StatusCode::kUnauthenticated ||
+      links.code() == absl::StatusCode::kPermissionDenied) {
+    // A peer that is not who the rendezvous named: a denial, audited.
+    ServerEvent denied;
+    denied.kind = EventKind::kAccessDenied;
+    denied.action = "peer_link";
+    denied.group = name_;
+    denied.epoch = epoch_;
+    denied.rank = rank;
+    denied.identity = member->identity;
+    denied.peer = member->peer;
+    denied.status = links;
+    DeferEvent(limits_.events, std::move(denied), callbacks);
+  }
+  link_reports_[rank] = links;
+  for (const std::optional<absl::Status>& r : link_reports_) {
+    if (!r.has_value()) return absl::OkStatus();
+  }
+  std::string why_not;
+  for (size_t r = 0; r < link_reports_.size() && why_not.empty(); ++r) {
+    if (link_reports_[r]->ok()) continue;
+    why_not = absl::StrCat("rank ", r, " (", members_[r].identity,
+                           ") could not make its ring links: ",
+                           absl::StatusCodeToString(link_reports_[r]->code()),
+                           ": ", link_reports_[r]->message());
+  }
+  SettleDataPlaneLocked(why_not, callbacks);
+  return absl::OkStatus();
+}
+
+void GroupState::SettleDataPlaneLocked(const std::string& why_not,
+                                       PendingCallbacks* callbacks) {
+  links_pending_ = false;
+  if (why_not.empty()) {
+    data_plane_ = v1::DATA_PLANE_DIRECT;
+    data_plane_reason_ = absl::StrCat(
+        "every member offered a peer endpoint and made its ring links "
+        "(data_plane: ",
+        DataPlanePolicyName(config_.data_plane), ")");
+  } else {
+    data_plane_ = v1::DATA_PLANE_RELAY;
+    data_plane_reason_ = why_not;
+  }
+  v1::DataPlaneChosen chosen;
+  chosen.set_data_plane(data_plane_);
+  chosen.set_reason(data_plane_reason_);
+  for (const Member& member : members_) {
+    std::weak_ptr<SessionStream> weak = member.session;
+    callbacks->Add([weak, chosen] {
+      if (auto session = weak.lock()) session->SendDataPlane(chosen);
+    });
+  }
+  ServerEvent settled;
+  settled.kind = EventKind::kDataPlaneChosen;
+  settled.group = name_;
+  settled.epoch = epoch_;
+  settled.details.emplace_back("data_plane", DataPlaneName(data_plane_));
+  settled.details.emplace_back("data_plane_reason", data_plane_reason_);
+  DeferEvent(limits_.events, std::move(settled), callbacks);
 }
 
 void GroupState::EndEpochLocked(absl::Status status,
@@ -323,6 +465,7 @@ void GroupState::EndEpochLocked(absl::Status status,
                                 PendingCallbacks* callbacks) {
   if (!formed_) return;
   formed_ = false;
+  links_pending_ = false;
   closing_ = absl::OkStatus();
   ended_status_ = status;
   if (journal_ != nullptr) {
@@ -434,6 +577,12 @@ absl::StatusOr<std::shared_ptr<Round>> GroupState::FindRound(
         absl::StrCat(Describe(), ": rank ", header.rank(),
                      " is out of range for world size ", world));
   }
+  if (links_pending_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": rank ", header.rank(), " (", identity,
+        ") started a collective before the server chose the epoch's data "
+        "plane (DataPlaneChosen)"));
+  }
   Member& member = members_[header.rank()];
   if (member.identity != identity) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -539,6 +688,7 @@ RoundOptions GroupState::RoundOptionsLocked(uint64_t seq, absl::Time now) {
   options.max_buffered_bytes = limits_.max_buffered_bytes_per_round;
   options.max_chunk_bytes = limits_.max_chunk_bytes;
   options.digest = digest_;
+  options.direct = data_plane_ == v1::DATA_PLANE_DIRECT;
   const absl::Duration wait = config_.round_deadline > absl::ZeroDuration()
                                   ? config_.round_deadline
                                   : limits_.round_timeout;
@@ -576,6 +726,21 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
     if (journal_ != nullptr) journal_->DiscardRound(released);
   }
   KeepOutcomeLocked(seq, outcome);
+  if (!outcome.ok() && data_plane_ == v1::DATA_PLANE_DIRECT) {
+    // Every rank saw this round fail and falls back with the server
+    // (docs/protocol.md, "Data planes"): a peer link may be broken.
+    data_plane_ = v1::DATA_PLANE_RELAY;
+    data_plane_reason_ = absl::StrCat("fell back to the relay after seq ", seq,
+                                      " failed: ", outcome.message());
+    ServerEvent changed;
+    changed.kind = EventKind::kDataPlaneChosen;
+    changed.group = name_;
+    changed.epoch = epoch_;
+    changed.seq = seq;
+    changed.details.emplace_back("data_plane", DataPlaneName(data_plane_));
+    changed.details.emplace_back("data_plane_reason", data_plane_reason_);
+    DeferEvent(limits_.events, std::move(changed), &callbacks);
+  }
   if (!closing_.ok() && rounds_.InFlightCount() == 0) {
     EndEpochLocked(closing_, nullptr, &callbacks);
   }
@@ -629,6 +794,17 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
   }
   rounds_.CheckEnded(now, callbacks);
   if (!formed_) return;
+  if (links_pending_ && now >= links_deadline_) {
+    for (size_t r = 0; r < link_reports_.size(); ++r) {
+      if (link_reports_[r].has_value()) continue;
+      SettleDataPlaneLocked(
+          absl::StrCat("rank ", r, " (", members_[r].identity,
+                       ") did not report its ring links within ",
+                       absl::FormatDuration(kLinkReportTimeout)),
+          callbacks);
+      break;
+    }
+  }
   for (size_t r = 0; r < members_.size(); ++r) {
     const Member& member = members_[r];
     if (member.disconnected) {
@@ -769,6 +945,10 @@ GroupState::Snapshot GroupState::GetSnapshot() const {
   snapshot.formed = formed_;
   snapshot.epoch = epoch_;
   snapshot.digest = formed_ ? digest_ : config_.digest;
+  if (formed_) {
+    snapshot.data_plane = data_plane_;
+    snapshot.data_plane_reason = data_plane_reason_;
+  }
   for (const Member& m : members_) {
     snapshot.members.push_back({m.identity, !m.disconnected, m.peer_endpoint});
   }

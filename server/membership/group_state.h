@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ class SessionStream {
   virtual ~SessionStream() = default;
   // SendJoined delivers the formed group's view to this member.
   virtual void SendJoined(const v1::Joined& joined) = 0;
+  // SendDataPlane tells this member which plane its epoch runs on, once
+  // every member reported its ring links (GroupState::ReportPeerLinks).
+  virtual void SendDataPlane(const v1::DataPlaneChosen& chosen) = 0;
   // Close finishes the session with `status`.
   virtual void Close(const absl::Status& status) = 0;
 };
@@ -157,6 +161,19 @@ class GroupState {
       const std::string& identity, const v1::CollectiveHeader& header,
       absl::Time now, PendingCallbacks* callbacks);
 
+  // ReportPeerLinks takes a member's report of its ring links (PeerLinks)
+  // in an epoch that formed as a direct candidate. Once every member has
+  // reported, the epoch runs direct if every report is OK, else on the
+  // relay; every member is told (SessionStream::SendDataPlane) and the
+  // choice is an event (kDataPlaneChosen). A report that names an
+  // authentication failure is also an kAccessDenied event (action
+  // "peer_link"). A report that comes late (the plane was settled at the
+  // deadline) or twice changes nothing. FAILED_PRECONDITION for a session
+  // that is not a member of the formed epoch.
+  absl::Status ReportPeerLinks(const SessionStream* session,
+                               const v1::PeerLinks& report,
+                               PendingCallbacks* callbacks);
+
   // CheckTimers enforces join timeouts, heartbeat timeouts and round
   // deadlines as of `now`.
   void CheckTimers(absl::Time now, PendingCallbacks* callbacks);
@@ -202,6 +219,10 @@ class GroupState {
     uint64_t epoch = 0;
     // The formed epoch's digest algorithm, else the next epoch's.
     DigestAlgorithm digest = DigestAlgorithm::kBlake3;
+    // The formed epoch's data plane and why (RELAY and empty when not
+    // formed).
+    v1::DataPlane data_plane = v1::DATA_PLANE_RELAY;
+    std::string data_plane_reason;
     std::vector<MemberSnapshot> members;  // by rank, when formed
     std::vector<std::string> waiting;     // identities waiting to form
     std::vector<Round::Progress> rounds;
@@ -236,6 +257,16 @@ class GroupState {
 
   std::string Describe() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FormLocked(absl::Time now, PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ChooseDataPlaneLocked sets the new epoch's data plane from the policy
+  // and the members' offers: direct when the policy allows it, the group
+  // is not a quorum group and every member offered a peer endpoint.
+  void ChooseDataPlaneLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // SettleDataPlaneLocked ends a candidate's wait for ring links: direct
+  // when `why_not` is empty, else the relay for that reason; every member
+  // is told.
+  void SettleDataPlaneLocked(const std::string& why_not,
+                             PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AdmissionLocked is limits_.admission's answer (OK without one).
   absl::Status AdmissionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,6 +324,15 @@ class GroupState {
   // The hash the epoch names contributions by: the config's when it
   // formed, the journal's when restored.
   DigestAlgorithm digest_ ABSL_GUARDED_BY(mu_) = DigestAlgorithm::kBlake3;
+  // The formed epoch's data plane and why (ChooseDataPlaneLocked); it
+  // falls back to the relay for good when a round of the epoch fails.
+  v1::DataPlane data_plane_ ABSL_GUARDED_BY(mu_) = v1::DATA_PLANE_RELAY;
+  std::string data_plane_reason_ ABSL_GUARDED_BY(mu_);
+  // A direct candidate waits for every member's ring links (by rank: its
+  // report, once in) until links_deadline_; no round starts meanwhile.
+  bool links_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::optional<absl::Status>> link_reports_ ABSL_GUARDED_BY(mu_);
+  absl::Time links_deadline_ ABSL_GUARDED_BY(mu_);
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);  // by rank
   // The rounds in flight, their outcomes, and the completed rounds kept
   // for resumes, of this epoch and of the one that ended last.

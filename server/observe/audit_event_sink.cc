@@ -48,6 +48,8 @@ std::string ActionOf(const ServerEvent& event) {
       return "restore";
     case EventKind::kConnectionsRefused:
       return "connections_refused";
+    case EventKind::kDataPlaneChosen:
+      return "data_plane";
     case EventKind::kAuditUnwritable:
     case EventKind::kAuditWritable:
       return EventKindName(event.kind);  // not written; see OnEvent

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/bounded_text.h"
+#include "common/data_plane_name.h"
 #include "common/frame_codec.h"
 #include "common/status_macros.h"
 
@@ -154,6 +155,9 @@ absl::Status Round::AttachLocked(AttachRequest request,
   const double weight = header.weight();
   agreement_.Accept(rank, std::move(request.header),
                     std::move(request.fingerprint));
+  direct_ =
+      options_.direct && RoundPlane(v1::DATA_PLANE_DIRECT, agreement_.op()) ==
+                             v1::DATA_PLANE_DIRECT;
   if (agreement_.op() == v1::ALL_REDUCE) weights_[rank] = weight;
   const bool sends = agreement_.op() != v1::BROADCAST ||
                      rank == static_cast<int>(agreement_.root());
@@ -465,21 +469,54 @@ void Round::EndContribution(int rank, const Digest& digest,
                       callbacks)) {
     return;
   }
-  const int64_t bytes = ranks_[rank].received_bytes;
+  // A direct round's bytes never come here: the header declared them.
+  const int64_t bytes =
+      direct_ ? ranks_[rank].expected_bytes : ranks_[rank].received_bytes;
   const bool last = ledger_.End(rank, digest, bytes);
   ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
   contributed.bytes = bytes;
   contributed.digest_algorithm = DigestAlgorithmName(options_.digest);
   contributed.digest_hex = DigestToHex(digest);
   DeferEvent(options_.events, std::move(contributed), callbacks);
-  if (last) CompleteLocked(callbacks);
+  if (!last) return;
+  if (direct_) {
+    ClaimLocked(callbacks);
+  } else {
+    CompleteLocked(callbacks);
+  }
+}
+
+void Round::ClaimLocked(PendingCallbacks* callbacks) {
+  claims_frame_ = ContributionsFrameLocked(/*claims=*/true);
+  WakeAll(callbacks);
+}
+
+bool Round::Direct() const {
+  absl::MutexLock lock(&mu_);
+  return direct_;
+}
+
+absl::Status Round::ConfirmDelivery(int rank, PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  if (!status_.ok()) return status_;
+  RankState& state = ranks_[rank];
+  if (!direct_ || !state.claims_sent || state.delivered) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Describe(), ": ", RankName(rank), " sent a Delivery ",
+        !direct_          ? "in a round that is not direct"
+        : state.delivered ? "twice"
+                          : "before the server sent it the claims"));
+  }
+  state.delivered = true;
+  if (++deliveries_ == ledger_.contributors()) CompleteLocked(callbacks);
+  return absl::OkStatus();
 }
 
 void Round::CompleteLocked(PendingCallbacks* callbacks) {
   complete_ = true;
   if (agreement_.op() == v1::ALL_REDUCE)
     result_digest_ = result_hasher_.Finish();
-  commit_frame_ = CommitFrameLocked();
+  commit_frame_ = ContributionsFrameLocked(/*claims=*/false);
   ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
   committed.digest_algorithm = DigestAlgorithmName(options_.digest);
   if (agreement_.op() == v1::ALL_REDUCE)
@@ -510,9 +547,9 @@ void Round::CompleteLocked(PendingCallbacks* callbacks) {
   WakeAll(callbacks);
 }
 
-grpc::ByteBuffer Round::CommitFrameLocked() const {
+grpc::ByteBuffer Round::ContributionsFrameLocked(bool claims) const {
   v1::CollectiveFrame frame;
-  v1::Commit* commit = frame.mutable_commit();
+  v1::Commit* commit = claims ? frame.mutable_claims() : frame.mutable_commit();
   commit->set_group(options_.group);
   commit->set_epoch(options_.epoch);
   commit->set_seq(options_.seq);
@@ -557,6 +594,15 @@ Outgoing Round::NextOutgoing(int rank, PendingCallbacks* callbacks) {
     out.frame = *std::move(frame);
     return out;
   }
+  if (claims_frame_.has_value() && !complete_ && !state.claims_sent &&
+      state.phase == RankPhase::kStreaming) {
+    state.claims_sent = true;
+    state.claims_in_flight = true;
+    state.write_in_flight = true;
+    out.kind = Outgoing::Kind::kFrame;
+    out.frame = *claims_frame_;
+    return out;
+  }
   if (complete_ && state.phase == RankPhase::kStreaming) {
     state.phase = RankPhase::kCommitSent;
     out.kind = Outgoing::Kind::kCommitAndFinish;
@@ -598,6 +644,12 @@ void Round::WriteDone(int rank, bool ok, PendingCallbacks* callbacks) {
   if (!state.write_in_flight) return;
   state.write_in_flight = false;
   if (!status_.ok()) return;  // the log was already released
+  if (state.claims_in_flight) {
+    // The claims are not in the log; a failed write loses the stream
+    // (StreamLost), which a direct round does not resume.
+    state.claims_in_flight = false;
+    return;
+  }
   // A resumable stream that failed a write is about to be detached
   // (StreamLost); the frame stays claimed for the stream that resumes.
   if (!ok && options_.resume_grace > absl::ZeroDuration()) return;

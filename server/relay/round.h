@@ -73,6 +73,13 @@ struct RoundOptions {
   // The hash of the round's digests: each upload's, checked against its
   // ContributionEnd, and an ALL_REDUCE result's (the epoch's algorithm).
   DigestAlgorithm digest = DigestAlgorithm::kBlake3;
+  // The epoch runs the direct data plane (docs/protocol.md, "Data
+  // planes"): a round of the all_gather family then takes no chunks. Each
+  // rank's end carries the digest it claims for its part; once every end
+  // is in, every stream is sent the claims (a Commit in the claims slot),
+  // and the round commits only when every rank's Delivery says the parts it
+  // received over its peer links match them (ConfirmDelivery).
+  bool direct = false;
   // The hard deadline: past it the round fails with DEADLINE_EXCEEDED.
   absl::Time deadline = absl::InfiniteFuture();
   absl::Duration timeout = absl::InfiniteDuration();  // for messages only
@@ -184,7 +191,8 @@ class Round : public RoundDataPlane {
 
   // EndContribution records that `rank`'s upload is complete with `digest`.
   // When it is the last contribution the round completes and every stream is
-  // woken to send the commit after its remaining chunks.
+  // woken to send the commit after its remaining chunks; a direct round
+  // sends the claims instead and waits for every rank's delivery.
   void EndContribution(int rank, const Digest& digest,
                        PendingCallbacks* callbacks) override;
 
@@ -210,6 +218,17 @@ class Round : public RoundDataPlane {
   void StreamLost(int rank, absl::string_view why, absl::Time now,
                   PendingCallbacks* callbacks,
                   std::optional<ContentHasher> hasher = std::nullopt) override;
+
+  // Direct: whether this round runs on the direct plane (RoundOptions::
+  // direct and an op of the all_gather family; known once a header
+  // attached), and whether the epoch does.
+  bool Direct() const;
+  bool direct_epoch() const { return options_.direct; }
+  // ConfirmDelivery records that `rank` received every part over its peer
+  // links and found each to hash to the claims; the last one commits the
+  // round. FAILED_PRECONDITION, changing nothing, before the claims were
+  // sent or for a rank that already confirmed.
+  absl::Status ConfirmDelivery(int rank, PendingCallbacks* callbacks);
 
   // Fail fails the round with `status` on every rank; the first failure
   // sticks and later calls do nothing. No effect once the round completed.
@@ -307,6 +326,11 @@ class Round : public RoundDataPlane {
     // paused until the round has room (ResumeReading).
     bool write_in_flight = false;
     bool read_paused = false;
+    // Direct rounds: the claims were handed to its stream (the write is in
+    // flight while claims_in_flight), and it confirmed its delivery.
+    bool claims_sent = false;
+    bool claims_in_flight = false;
+    bool delivered = false;
     // kDetached: when its stream broke, and the hash of its upload so far,
     // waiting for the stream that resumes it.
     absl::Time detached_at;
@@ -322,6 +346,13 @@ class Round : public RoundDataPlane {
   // CloseQuorumLocked closes the round to the ranks that have not started,
   // at the quorum deadline.
   void CloseQuorumLocked(PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ClaimLocked sends a direct round's claims once every rank has ended.
+  void ClaimLocked(PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ContributionsFrameLocked is a frame listing every contributor's digest:
+  // in the commit slot, or, for a direct round's claims, the claims slot.
+  grpc::ByteBuffer ContributionsFrameLocked(bool claims) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // CompleteLocked commits the round once every contributor has ended.
   void CompleteLocked(PendingCallbacks* callbacks)
@@ -419,7 +450,6 @@ class Round : public RoundDataPlane {
   ServerEvent MakeEvent(EventKind kind, int rank) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string ProgressLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  grpc::ByteBuffer CommitFrameLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RoundOptions options_;
   const int world_;
@@ -449,6 +479,11 @@ class Round : public RoundDataPlane {
   std::optional<absl::Time> all_commits_sent_at_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ByteBuffer commit_frame_ ABSL_GUARDED_BY(mu_);
+  // Direct rounds: set with the first header; the claims, once every end
+  // is in, and how many ranks confirmed their delivery.
+  bool direct_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::ByteBuffer> claims_frame_ ABSL_GUARDED_BY(mu_);
+  int deliveries_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status status_ ABSL_GUARDED_BY(mu_);  // first failure
 };
 

@@ -31,6 +31,10 @@ void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
   out->set_formed(snapshot.formed);
   out->set_epoch(snapshot.epoch);
   out->set_digest_algorithm(DigestAlgorithmToProto(snapshot.digest));
+  if (snapshot.formed) {
+    out->set_data_plane(snapshot.data_plane);
+    out->set_data_plane_reason(snapshot.data_plane_reason);
+  }
   for (size_t r = 0; r < snapshot.members.size(); ++r) {
     v1::Member* member = out->add_members();
     member->set_rank(static_cast<uint32_t>(r));

@@ -6,11 +6,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/bounded_text.h"
+#include "common/data_plane_name.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
 namespace fedgather::server {
 namespace {
+
+// What a Delivery's message may add to the status every rank gets.
+constexpr size_t kMaxDeliveryMessageBytes = 1024;
 
 // CheckDigestAlgorithm: a header must declare the hash its round (its
 // epoch) names contributions by, before any byte is hashed.
@@ -30,6 +34,26 @@ absl::Status CheckDigestAlgorithm(const v1::CollectiveHeader& header,
           : "",
       " but the epoch names contributions by ", DigestAlgorithmName(expected),
       " (Joined.digest_algorithm)"));
+}
+
+// CheckDataPlane: a header must declare the plane its op runs on in its
+// epoch (Joined.data_plane), so that no rank sends chunks the server must
+// not get, or waits for chunks that go elsewhere.
+absl::Status CheckDataPlane(const v1::CollectiveHeader& header,
+                            bool direct_epoch, absl::string_view rank_name) {
+  const v1::DataPlane expected = RoundPlane(
+      direct_epoch ? v1::DATA_PLANE_DIRECT : v1::DATA_PLANE_RELAY, header.op());
+  const v1::DataPlane declared =
+      header.data_plane() == v1::DATA_PLANE_UNSPECIFIED ? v1::DATA_PLANE_RELAY
+                                                        : header.data_plane();
+  if (declared == expected) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(rank_name, " header declares data_plane ",
+                   v1::DataPlane_IsValid(header.data_plane())
+                       ? DataPlaneName(header.data_plane())
+                       : absl::StrCat(header.data_plane(), " (unknown)"),
+                   " but its epoch runs ", OpName(header.op()), " on the ",
+                   DataPlaneName(expected), " plane (Joined.data_plane)"));
 }
 
 }  // namespace
@@ -82,6 +106,11 @@ std::shared_ptr<Round> CollectiveReactor::round() {
 std::shared_ptr<RoundDataPlane> CollectiveReactor::plane() { return round(); }
 
 absl::Status CollectiveReactor::UploadSink::Begin(const ChunkMeta& meta) {
+  if (reactor_->direct_) {
+    return absl::InvalidArgumentError(
+        "the round runs on the direct plane: its chunks go between the ranks "
+        "over peer links, never to the server");
+  }
   if (meta.rank != static_cast<uint32_t>(reactor_->rank_)) {
     return absl::InvalidArgumentError(
         absl::StrCat("a chunk names rank ", meta.rank,
@@ -224,7 +253,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
             rank_, read_buffer_, static_cast<int64_t>(chunk.size()), callbacks);
       }
       if (kind == v1::CollectiveFrame::kEnd) {
-        if (absl::Status complete = sequence_->CheckComplete();
+        if (absl::Status complete =
+                direct_ ? absl::OkStatus() : sequence_->CheckComplete();
             !complete.ok()) {
           return complete;
         }
@@ -234,6 +264,17 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
                            " but the stream is rank ", rank_));
         }
         Digest claimed;
+        if (direct_) {
+          // The bytes went between the ranks: the digest is the rank's
+          // claim, which every receiver checks before its Delivery.
+          if (!DigestFromBytes(frame.end().digest(), &claimed)) {
+            return absl::InvalidArgumentError(
+                "ContributionEnd.digest must hold 32 bytes");
+          }
+          phase_ = Phase::kEnded;
+          plane()->EndContribution(rank_, claimed, callbacks);
+          return true;  // its Delivery comes next
+        }
         const DigestAlgorithm algorithm = hasher_->algorithm();
         const Digest actual = hasher_->Finish();
         if (!DigestFromBytes(frame.end().digest(), &claimed)) {
@@ -254,9 +295,42 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
       return absl::InvalidArgumentError(
           "only chunks and the end may follow the header");
     case Phase::kEnded:
-      return absl::InvalidArgumentError("a frame arrived after the end");
+      if (direct_ && kind == v1::CollectiveFrame::kDelivery && !delivered_) {
+        delivered_ = true;
+        return HandleDelivery(frame.delivery(), callbacks);
+      }
+      return absl::InvalidArgumentError(
+          direct_ ? "only one Delivery may follow the end of a direct round"
+                  : "a frame arrived after the end");
   }
   return absl::InternalError("unreachable phase");
+}
+
+absl::StatusOr<bool> CollectiveReactor::HandleDelivery(
+    const v1::Delivery& delivery, PendingCallbacks* callbacks) {
+  if (delivery.rank() != static_cast<uint32_t>(rank_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the Delivery names rank ", delivery.rank(),
+                     " but the stream is rank ", rank_));
+  }
+  if (delivery.code() == 0) {
+    FG_RETURN_IF_ERROR(round()->ConfirmDelivery(rank_, callbacks));
+    return true;  // to see the client's half-close
+  }
+  if (delivery.code() < 1 || delivery.code() > 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Delivery.code ", delivery.code(), " is not a google.rpc.Code"));
+  }
+  // What failed on this rank's peer links fails the round on every rank,
+  // with the rank's own words (bounded).
+  std::shared_ptr<Round> r = round();
+  r->Fail(absl::Status(static_cast<absl::StatusCode>(delivery.code()),
+                       absl::StrCat(r->Describe(), ": rank ", rank_, " (",
+                                    caller_.identity, ") reports: ",
+                                    TruncateText(delivery.message(),
+                                                 kMaxDeliveryMessageBytes))),
+          callbacks);
+  return true;
 }
 
 absl::StatusOr<bool> CollectiveReactor::HandleHeader(
@@ -304,7 +378,20 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     valid =
         CheckDigestAlgorithm(header, (*found)->digest_algorithm(), rank_name);
   }
+  if (valid.ok()) {
+    valid = CheckDataPlane(header, (*found)->direct_epoch(), rank_name);
+  }
   if (!valid.ok()) return fail_round(valid);
+  const bool direct =
+      RoundPlane((*found)->direct_epoch() ? v1::DATA_PLANE_DIRECT
+                                          : v1::DATA_PLANE_RELAY,
+                 header.op()) == v1::DATA_PLANE_DIRECT;
+  if (direct && header.resume()) {
+    // Its parts travelled over peer links the broken stream does not
+    // describe; the round fails on every rank when the grace passes.
+    return absl::FailedPreconditionError(absl::StrCat(
+        rank_name, ": a round on the direct plane is not resumed"));
+  }
   // What this rank uploads: a BROADCAST's non-root ranks send no bytes.
   Fingerprint sent = *fingerprint;
   if (header.op() == v1::BROADCAST && header.root() != header.rank()) {
@@ -339,6 +426,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
   hasher_.emplace((*found)->digest_algorithm());
   rank_ = static_cast<int>(header.rank());
   op_ = header.op();
+  direct_ = direct;
   group_ = *group;
   epoch_ = header.epoch();
   {

@@ -7,6 +7,10 @@
 // (server/control/round_data_plane.h): chunks, the end, what to write next,
 // a lost stream.
 //
+// On the direct plane (docs/protocol.md, "Data planes") the stream carries
+// the header, the end with the rank's claimed digest, then the rank's
+// Delivery; it writes the other ranks' headers, the claims and the commit.
+//
 // Threading: gRPC runs reactions on its callback threads; the round calls
 // WakeWriter and ResumeReading from any thread, never under its lock. At most
 // one read and one write are in flight. mu_ guards the write state; the read
@@ -98,6 +102,12 @@ class CollectiveReactor
   void OnDone() override;
 
   // Each returns true when the next frame should be read.
+  // HandleDelivery takes a direct round's Delivery: OK confirms the
+  // rank's parts (Round::ConfirmDelivery), any other code fails the round
+  // on every rank with it.
+  absl::StatusOr<bool> HandleDelivery(const v1::Delivery& delivery,
+                                      PendingCallbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
   absl::StatusOr<bool> HandleHeader(const v1::CollectiveHeader& header,
                                     PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_);
@@ -154,6 +164,10 @@ class CollectiveReactor
   // The hash of this rank's upload, in the round's algorithm: set with the
   // header (or taken over from a resumed stream).
   std::optional<ContentHasher> hasher_ ABSL_GUARDED_BY(read_mu_);
+  // The round runs on the direct plane: no chunks come, the end's digest
+  // is the rank's claim, and a Delivery follows it (delivered_ once seen).
+  bool direct_ ABSL_GUARDED_BY(read_mu_) = false;
+  bool delivered_ ABSL_GUARDED_BY(read_mu_) = false;
   int rank_ = -1;  // set before the round can call back; then constant
   v1::Op op_ = v1::OP_UNSPECIFIED;
   GroupState* group_ = nullptr;  // the round's group, for liveness

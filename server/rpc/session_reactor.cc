@@ -135,6 +135,14 @@ void SessionReactor::OnReadDone(bool ok) {
     Lost("it left the group", absl::CancelledError("this member left"),
          /*left=*/true);
     return;
+  } else if (request_.kind_case() == v1::SessionRequest::kPeerLinks) {
+    if (absl::Status taken =
+            group_->ReportPeerLinks(this, request_.peer_links(), &callbacks);
+        !taken.ok()) {
+      Close(absl::InvalidArgumentError(taken.message()));
+      Lost("it sent a PeerLinks report out of turn");
+      return;
+    }
   } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
     group_->Heartbeat(this, clock_->Now());
     {
@@ -144,7 +152,8 @@ void SessionReactor::OnReadDone(bool ok) {
     StartNextWrite();
   } else {
     Close(absl::InvalidArgumentError(
-        "a session may join only once; later messages must be heartbeats"));
+        "a session may join only once; later messages must be heartbeats, "
+        "a PeerLinks report or a leave"));
     Lost("it sent a second join");
     return;
   }
@@ -168,10 +177,23 @@ void SessionReactor::SendJoined(const v1::Joined& joined) {
   StartNextWrite();
 }
 
+void SessionReactor::SendDataPlane(const v1::DataPlaneChosen& chosen) {
+  {
+    absl::MutexLock lock(&mu_);
+    data_plane_ = chosen;
+  }
+  StartNextWrite();
+}
+
 bool SessionReactor::NextEventLocked() {
   if (joined_.has_value()) {
     *event_.mutable_joined() = *std::move(joined_);
     joined_.reset();
+    return true;
+  }
+  if (data_plane_.has_value()) {
+    *event_.mutable_data_plane_chosen() = *std::move(data_plane_);
+    data_plane_.reset();
     return true;
   }
   if (heartbeat_owed_) {

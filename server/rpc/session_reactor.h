@@ -56,6 +56,7 @@ class SessionReactor
   // SendJoined sends `joined`, with the server's CRL (Joined.peer_crl) when
   // this member offered a peer endpoint.
   void SendJoined(const v1::Joined& joined) override;
+  void SendDataPlane(const v1::DataPlaneChosen& chosen) override;
   void Close(const absl::Status& status) override;
   // Revoke finishes the session with `status` and leaves the group, whose
   // epoch then ends naming this member and `status`'s message.
@@ -109,6 +110,7 @@ class SessionReactor
   // Queued events: the Joined goes first; heartbeats that arrive while a
   // write is in flight are answered by one heartbeat event after it.
   std::optional<v1::Joined> joined_ ABSL_GUARDED_BY(mu_);
+  std::optional<v1::DataPlaneChosen> data_plane_ ABSL_GUARDED_BY(mu_);
   bool heartbeat_owed_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool lost_ ABSL_GUARDED_BY(mu_) = false;

@@ -47,6 +47,14 @@ struct OfferingMembers {
   }
 };
 
+// A cluster of `n` sites whose group stays on the relay, so that the
+// members make no ring links of their own and the tests make theirs.
+ClusterOptions RelayCluster(int n) {
+  ClusterOptions options(n);
+  options.group_extra = "    data_plane: relay\n";
+  return options;
+}
+
 v1::PeerLinkHello Hello(const Group& group, int from, int to) {
   v1::PeerLinkHello hello;
   hello.set_group(group.name());
@@ -57,7 +65,7 @@ v1::PeerLinkHello Hello(const Group& group, int from, int to) {
 }
 
 TEST(PeerOfferTest, EveryRankLearnsTheBoundEndpointsAndTheLinksCarryBytes) {
-  TestCluster cluster(ClusterOptions(3));
+  TestCluster cluster(RelayCluster(3));
   OfferingMembers members(cluster);
   ASSERT_FALSE(::testing::Test::HasFailure());
   std::vector<std::string> expected;
@@ -103,7 +111,7 @@ TEST(PeerOfferTest, EveryRankLearnsTheBoundEndpointsAndTheLinksCarryBytes) {
 }
 
 TEST(PeerOfferTest, AListenerRefusesACertificateTheServerRevoked) {
-  ClusterOptions options(2);
+  ClusterOptions options = RelayCluster(2);
   options.crl = true;
   TestCluster cluster(options);
   // site-2 once had another certificate, now revoked (its key was lost):

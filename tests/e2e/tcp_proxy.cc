@@ -104,6 +104,7 @@ void TcpProxy::Pump(Link link) {
         closed = true;
         break;
       }
+      (side == 0 ? upstream_bytes_ : downstream_bytes_) += n;
       const int to = side == 0 ? link.server : link.client;
       for (ssize_t sent = 0; sent < n;) {
         // MSG_NOSIGNAL: a peer closed by a cut must not raise SIGPIPE.

@@ -31,6 +31,10 @@ class TcpProxy {
   int Cut();
   void CutAfterUpstreamBytes(int64_t bytes);
   int cuts() const { return cuts_.load(); }
+  // The bytes carried so far to the server (upstream) and back, over
+  // every connection.
+  int64_t upstream_bytes() const { return upstream_bytes_.load(); }
+  int64_t downstream_bytes() const { return downstream_bytes_.load(); }
   // RefuseConnections closes the next `n` new connections before they
   // carry a byte; refused() counts those closed so far.
   void RefuseConnections(int n) { refuse_next_ = n; }
@@ -56,6 +60,8 @@ class TcpProxy {
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> cut_after_ = -1;  // upstream bytes left before a cut
   std::atomic<int> cuts_{0};
+  std::atomic<int64_t> upstream_bytes_{0};
+  std::atomic<int64_t> downstream_bytes_{0};
   std::atomic<int> refuse_next_{0};
   std::atomic<int> refused_{0};
   std::atomic<bool> stalled_{false};

@@ -219,6 +219,7 @@ using RoundKey = std::pair<uint64_t, uint64_t>;  // (epoch, seq)
 // The server's view of a session.
 class FakeSession : public SessionStream {
  public:
+  void SendDataPlane(const v1::DataPlaneChosen&) override {}
   void SendJoined(const v1::Joined& message) override {
     joined.push_back(message);
   }

@@ -28,6 +28,7 @@ using ::testing::IsEmpty;
 
 class FakeSession : public SessionStream {
  public:
+  void SendDataPlane(const v1::DataPlaneChosen&) override {}
   void SendJoined(const v1::Joined& message) override {
     joined.push_back(message);
   }

@@ -1,0 +1,355 @@
+// The direct data plane end to end (docs/protocol.md, "Data planes"):
+// members that offer peer endpoints form a direct epoch, make their ring
+// links as it forms, and gather over them while the server takes only
+// headers, claims, deliveries and the commit. Real mutual TLS on
+// 127.0.0.1, certificates from our own provisioning.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "client/peer/peer_listener.h"
+#include "client/peer/peer_socket.h"
+#include "client/peer/peer_tls.h"
+#include "common/data_plane_name.h"
+#include "common/status_macros.h"
+#include "tests/e2e/tcp_proxy.h"
+#include "tests/e2e/test_cluster.h"
+
+namespace fedgather::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Members site-1..site-N joined at ranks 0..N-1 through `address` (the
+// server's, or a proxy's in front of it), each offering a peer endpoint on
+// 127.0.0.1 at a free port unless `adjust` changes its JoinOptions.
+struct DirectMembers {
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<Group>> groups;
+
+  DirectMembers(const TestCluster& cluster, const std::string& address,
+                const std::function<void(int, JoinOptions&)>& adjust = {}) {
+    const int n = cluster.participants();
+    clients.resize(n);
+    groups.resize(n);
+    RunRanks(n, [&](int r) {
+      clients[r] = cluster.ConnectVia(TestCluster::Site(r), address);
+      JoinOptions options{"demo", n, r, absl::Seconds(60)};
+      options.peer_listen = "127.0.0.1:0";
+      if (adjust) adjust(r, options);
+      absl::StatusOr<std::unique_ptr<Group>> group = clients[r]->Join(options);
+      EXPECT_TRUE(group.ok()) << "rank " << r << ": " << group.status();
+      if (group.ok()) groups[r] = *std::move(group);
+    });
+  }
+
+  std::vector<absl::Status> Run(const std::function<absl::Status(int)>& fn) {
+    std::vector<absl::Status> statuses(groups.size());
+    RunRanks(static_cast<int>(groups.size()),
+             [&](int r) { statuses[r] = fn(r); });
+    return statuses;
+  }
+};
+
+// What rank r contributes in round `round`: two tensors of different
+// dtypes and sizes, each rank's bytes its own.
+struct Contribution {
+  std::vector<uint8_t> weights;  // F32 [rows, 3]
+  std::vector<uint8_t> counts;   // I64 [5]
+  int64_t rows;
+  Contribution(int rank, int round, int64_t rows_per_rank)
+      : weights(RandomBytes(rows_per_rank * 3 * 4, 1000 * round + rank)),
+        counts(RandomBytes(5 * 8, 5000 * round + rank)),
+        rows(rows_per_rank) {}
+};
+
+// AllGatherEveryRank gathers every rank's Contribution of `round` on the
+// group and checks every byte of the result against what each rank sent.
+absl::Status AllGatherEveryRank(Group& group, int round, int64_t rows,
+                                const CollectiveOptions& options = {}) {
+  const int n = group.world_size();
+  const Contribution mine(group.rank(), round, rows);
+  const std::vector<ConstHostTensor> inputs = {
+      {{"w", DType::kF32, {rows, 3}}, mine.weights.data()},
+      {{"n", DType::kI64, {5}}, mine.counts.data()}};
+  std::vector<uint8_t> weights(n * mine.weights.size());
+  std::vector<uint8_t> counts(n * mine.counts.size());
+  const std::vector<MutableHostTensor> outputs = {
+      {{"w", DType::kF32, {n, rows, 3}}, weights.data()},
+      {{"n", DType::kI64, {n, 5}}, counts.data()}};
+  FG_RETURN_IF_ERROR(group.AllGatherInto(inputs, outputs, options));
+  for (int r = 0; r < n; ++r) {
+    const Contribution theirs(r, round, rows);
+    if (std::memcmp(weights.data() + r * theirs.weights.size(),
+                    theirs.weights.data(), theirs.weights.size()) != 0 ||
+        std::memcmp(counts.data() + r * theirs.counts.size(),
+                    theirs.counts.data(), theirs.counts.size()) != 0) {
+      return absl::InternalError(
+          absl::StrCat("rank ", group.rank(), ": rank ", r, "'s part differs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+class DirectPlaneTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DirectPlaneTest, EveryGatherOpIsByteExactAndTheServerSeesNoPayload) {
+  const int n = GetParam();
+  TestCluster cluster{ClusterOptions(n)};
+  TcpProxy proxy(cluster.server().port());
+  DirectMembers members(cluster, proxy.address());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  for (const auto& group : members.groups) {
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_DIRECT);
+    EXPECT_THAT(group->data_plane_reason(),
+                HasSubstr("every member offered a peer endpoint"));
+  }
+  const int64_t before = proxy.upstream_bytes() + proxy.downstream_bytes();
+
+  // ALL_GATHER: 256 KiB of weights per rank, in several ring chunks and
+  // several handed-over frames.
+  constexpr int64_t kRows = 256 * 1024 / 12;
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 1, kRows);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  // ALL_GATHER_BYTES, parts of different sizes (one empty).
+  for (const absl::Status& s : members.Run([&](int r) -> absl::Status {
+         const std::vector<uint8_t> bytes = RandomBytes(r * 7000, 77 + r);
+         FG_ASSIGN_OR_RETURN(std::vector<std::string> gathered,
+                             members.groups[r]->AllGatherBytes(
+                                 std::string(bytes.begin(), bytes.end())));
+         for (int q = 0; q < n; ++q) {
+           const std::vector<uint8_t> theirs = RandomBytes(q * 7000, 77 + q);
+           if (gathered[q] != std::string(theirs.begin(), theirs.end())) {
+             return absl::InternalError(absl::StrCat("part ", q, " differs"));
+           }
+         }
+         return absl::OkStatus();
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  // The server carried headers, claims, deliveries and commits only. On
+  // the relay each rank's 256 KiB would have gone up to it (and (N−1)
+  // times that back down to each rank).
+  const int64_t carried =
+      proxy.upstream_bytes() + proxy.downstream_bytes() - before;
+  EXPECT_LT(carried, 64 * 1024) << "the server carried " << carried << " bytes";
+
+  // The status names the plane; the broadcast runs on the relay, and the
+  // epoch stays direct.
+  auto status = members.clients[0]->GetStatus("demo");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->groups(0).data_plane(), v1::DATA_PLANE_DIRECT);
+  for (const absl::Status& s : members.Run([&](int r) {
+         int32_t value = r == 0 ? 4242 : 0;
+         const MutableHostTensor t{{"v", DType::kI32, {1}}, &value};
+         FG_RETURN_IF_ERROR(members.groups[r]->Broadcast({&t, 1}, 0));
+         return value == 4242 ? absl::OkStatus()
+                              : absl::InternalError("broadcast differs");
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 2, 10);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  for (const auto& group : members.groups) {
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_DIRECT);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, DirectPlaneTest,
+                         ::testing::Values(1, 2, 3, 4));
+
+TEST(DirectPlaneFaultTest,
+     AFlippedForwardedByteFailsEveryRankNamingPartAndLink) {
+  TestCluster cluster(ClusterOptions(3));
+  DirectMembers members(cluster, cluster.address());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  // Rank 1 forwards rank 0's part to rank 2, and flips a byte of it.
+  CollectiveOptions hostile;
+  hostile.direct_forward_hook = [](int part, char* data, size_t size) {
+    if (part == 0 && size > 0) data[size / 2] ^= 0x01;
+  };
+  const std::vector<absl::Status> statuses = members.Run([&](int r) {
+    return AllGatherEveryRank(*members.groups[r], 1, 1000,
+                              r == 1 ? hostile : CollectiveOptions());
+  });
+  ExpectSameStatusEverywhere(statuses, absl::StatusCode::kDataLoss);
+  const std::string message(statuses[0].message());
+  EXPECT_THAT(message, HasSubstr("rank 2 (spiffe://fedgather/site-3) reports"));
+  EXPECT_THAT(message,
+              HasSubstr("rank 0 ('spiffe://fedgather/site-1'): its part"));
+  EXPECT_THAT(message, HasSubstr("arrived on the link from rank 1"));
+  // Every member and the server fell back to the relay; the next round
+  // works there.
+  for (const auto& group : members.groups) {
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);
+    EXPECT_THAT(group->data_plane_reason(), HasSubstr("fell back"));
+  }
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 2, 1000);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  auto status = members.clients[0]->GetStatus("demo");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->groups(0).data_plane(), v1::DATA_PLANE_RELAY);
+  EXPECT_THAT(status->groups(0).data_plane_reason(),
+              HasSubstr("fell back to the relay after seq 0 failed"));
+}
+
+TEST(DirectPlaneFaultTest, AHungForwarderFailsEveryRankWithOneStatus) {
+  TestCluster cluster(ClusterOptions(3));
+  DirectMembers members(cluster, cluster.address());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  // Rank 1 hangs past the stall timeout (5 s) before it forwards.
+  CollectiveOptions hung;
+  hung.direct_forward_hook = [](int, char*, size_t) {
+    absl::SleepFor(absl::Seconds(7));
+  };
+  const absl::Time start = absl::Now();
+  const std::vector<absl::Status> statuses = members.Run([&](int r) {
+    return AllGatherEveryRank(*members.groups[r], 1, 1000,
+                              r == 1 ? hung : CollectiveOptions());
+  });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  ASSERT_FALSE(statuses[0].ok());
+  for (const absl::Status& s : statuses) EXPECT_EQ(s, statuses[0]);
+  const std::string message(statuses[0].message());
+  EXPECT_THAT(message, HasSubstr("reports"));
+  EXPECT_THAT(message, HasSubstr("link"));
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 2, 1000);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST(DirectPlaneChoiceTest, AutoRunsOnTheRelayWhenAMemberOffersNoEndpoint) {
+  ClusterOptions options(3);
+  options.audit = true;
+  TestCluster cluster(options);
+  DirectMembers members(cluster, cluster.address(), [](int r, JoinOptions& o) {
+    if (r == 2) o.peer_listen.clear();
+  });
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  for (const auto& group : members.groups) {
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);
+    EXPECT_EQ(group->data_plane_reason(),
+              "rank 2 (spiffe://fedgather/site-3) offered no peer endpoint");
+  }
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 1, 100);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  // The epoch's audit record says which plane and why.
+  bool found = false;
+  for (const nlohmann::json& record : ReadAuditRecords(cluster.audit_path())) {
+    if (!record.contains("details")) continue;
+    const std::string details = record["details"].dump();
+    if (details.find("data_plane_reason") == std::string::npos) continue;
+    found = true;
+    EXPECT_THAT(details, HasSubstr("relay"));
+    EXPECT_THAT(details, HasSubstr("offered no peer endpoint"));
+  }
+  EXPECT_TRUE(found);
+}
+
+// ExpectRelayEverywhere expects every member on the relay with a reason
+// that holds `says`, and a round that works there.
+void ExpectRelayEverywhere(DirectMembers& members, const std::string& says) {
+  for (const auto& group : members.groups) {
+    ASSERT_NE(group, nullptr);
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);
+    EXPECT_THAT(group->data_plane_reason(), HasSubstr(says));
+  }
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 1, 100);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
+TEST(DirectPlaneChoiceTest, AutoRunsOnTheRelayWhenALinkCannotConnect) {
+  TestCluster cluster(ClusterOptions(3));
+  // Rank 2 advertises a port nothing listens on: rank 1 cannot dial it.
+  absl::StatusOr<PeerSocket> closed = ListenTcp("127.0.0.1:0");
+  ASSERT_TRUE(closed.ok());
+  const int closed_port = BoundPort(*closed).value();
+  *closed = PeerSocket();
+  DirectMembers members(cluster, cluster.address(), [&](int r, JoinOptions& o) {
+    if (r == 2) o.peer_advertise = absl::StrCat("127.0.0.1:", closed_port);
+  });
+  ExpectRelayEverywhere(members, "could not make its ring links");
+}
+
+TEST(DirectPlaneChoiceTest,
+     ALinkToAnImpostorIsRefusedAuditedAndTheEpochRelays) {
+  ClusterOptions options(2);
+  options.extra = {"intruder"};
+  options.audit = true;
+  TestCluster cluster(options);
+  // An outsider with a valid federation certificate listens where rank 1
+  // advertises: rank 0's dial must find it is not site-2 and refuse it.
+  auto intruder_tls = PeerTls::Create(cluster.TlsFor("intruder"));
+  ASSERT_TRUE(intruder_tls.ok()) << intruder_tls.status();
+  absl::StatusOr<PeerSocket> socket = ListenTcp("127.0.0.1:0");
+  ASSERT_TRUE(socket.ok());
+  const int intruder_port = BoundPort(*socket).value();
+  auto intruder = PeerListener::Start(*intruder_tls, *std::move(socket),
+                                      PeerListenerOptions());
+  ASSERT_TRUE(intruder.ok()) << intruder.status();
+  DirectMembers members(cluster, cluster.address(), [&](int r, JoinOptions& o) {
+    if (r == 1) o.peer_advertise = absl::StrCat("127.0.0.1:", intruder_port);
+  });
+  ExpectRelayEverywhere(members, "UNAUTHENTICATED");
+  // The refused link is a denial in the audit log, naming the reporter.
+  bool denied = false;
+  for (const nlohmann::json& record : ReadAuditRecords(cluster.audit_path())) {
+    if (record.value("action", "") != "peer_link") continue;
+    denied = true;
+    EXPECT_EQ(record.value("outcome", ""), "UNAUTHENTICATED");
+    EXPECT_THAT(record.value("reason", ""), HasSubstr("intruder"));
+  }
+  EXPECT_TRUE(denied);
+}
+
+TEST(DirectPlaneChoiceTest, PolicyDirectRefusesAJoinWithoutAnEndpoint) {
+  ClusterOptions options(2);
+  options.group_extra = "    data_plane: direct\n";
+  TestCluster cluster(options);
+  std::unique_ptr<Client> client = cluster.Connect(TestCluster::Site(0));
+  JoinOptions join{"demo", 2, 0, absl::Seconds(5)};
+  absl::StatusOr<std::unique_ptr<Group>> group = client->Join(join);
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(group.status().message(), HasSubstr("--peer-listen"));
+}
+
+TEST(DirectPlaneChoiceTest, PolicyRelayKeepsOfferingMembersOnTheRelay) {
+  ClusterOptions options(2);
+  options.group_extra = "    data_plane: relay\n";
+  TestCluster cluster(options);
+  DirectMembers members(cluster, cluster.address());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  for (const auto& group : members.groups) {
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);
+    EXPECT_EQ(group->data_plane_reason(),
+              "the group's policy sets data_plane: relay");
+  }
+}
+
+}  // namespace
+}  // namespace fedgather::testing

@@ -4,6 +4,7 @@
 //
 //   allgather_bench --np 4 --sizes 4096,1048576 [--ops all_gather,all_reduce]
 //                   [--insecure] [--impl-name NAME]
+//                   [--data-plane relay|direct|auto]
 //
 // It provisions a CA, server and participant certificates (client/provision.h)
 // into a temporary directory, starts `fedgather-server` on 127.0.0.1:0 over
@@ -88,8 +89,13 @@ struct Method {
   int np = 4;
   std::string sizes = "4096,1048576,16777216,67108864";
   std::string ops = "all_gather,all_reduce";
-  std::string impl_name;  // default: fedgather_tls or fedgather_plain
+  std::string impl_name;  // default: fedgather_{tls,plain}[_direct]
   bool insecure = false;
+  // relay: no member offers a peer endpoint; direct: every member offers
+  // one on 127.0.0.1 and the run fails unless the epoch is direct; auto:
+  // they offer one and the server chooses (docs/protocol.md, "Data
+  // planes"). The peer links use TLS even with --insecure.
+  std::string data_plane = "relay";
   int warmup = 3;
   double target_s = 0.5;
   double long_op_s = 0.2;
@@ -217,7 +223,14 @@ class Participant {
     join.world_size = method_.np;
     join.rank = flags_.rank;
     join.timeout = absl::Seconds(method_.timeout_s);
+    if (method_.data_plane != "relay") join.peer_listen = "127.0.0.1:0";
     FG_ASSIGN_OR_RETURN(group_, client->Join(join));
+    if (method_.data_plane == "direct" &&
+        group_->data_plane() != v1::DATA_PLANE_DIRECT) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--data-plane direct, but the epoch runs on the relay: ",
+                       group_->data_plane_reason()));
+    }
     for (int64_t size : sizes) {
       for (const std::string& op : ops) {
         FG_RETURN_IF_ERROR(Measure(op, size));
@@ -569,7 +582,8 @@ class Controller {
           "--long-op-s",  absl::StrCat(method_.long_op_s),
           "--min-iters",  absl::StrCat(method_.min_iters),
           "--max-iters",  absl::StrCat(method_.max_iters),
-          "--timeout-s",  absl::StrCat(method_.timeout_s)};
+          "--timeout-s",  absl::StrCat(method_.timeout_s),
+          "--data-plane", method_.data_plane};
       if (method_.insecure) args.push_back("--insecure");
       if (method_.shared_output) args.push_back("--shared-output");
       // Only rank 0 prints results; the others' stdout is discarded.
@@ -716,6 +730,11 @@ int Main(int argc, char** argv) {
   app.add_flag("--insecure", method.insecure,
                "plaintext comparison mode: the server runs with "
                "--insecure-plaintext-for-benchmarks");
+  app.add_option("--data-plane", method.data_plane,
+                 "relay, direct or auto: whether the members offer peer "
+                 "endpoints (direct: and require the direct plane)")
+      ->check(CLI::IsMember({"relay", "direct", "auto"}))
+      ->capture_default_str();
   app.add_option("--warmup", method.warmup, "warm-up iterations")
       ->capture_default_str();
   app.add_option("--target-s", method.target_s,
@@ -754,7 +773,10 @@ int Main(int argc, char** argv) {
   app.add_option("--release-fd", participant.release_fd)->group(hidden);
   CLI11_PARSE(app, argc, argv);
   if (method.impl_name.empty()) {
-    method.impl_name = method.insecure ? "fedgather_plain" : "fedgather_tls";
+    method.impl_name =
+        absl::StrCat(method.insecure ? "fedgather_plain" : "fedgather_tls",
+                     method.data_plane == "relay" ? "" : "_",
+                     method.data_plane == "relay" ? "" : method.data_plane);
   }
 
   if (participant_mode) {

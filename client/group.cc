@@ -128,7 +128,7 @@ absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
       absl::Now() + kRingConnectTimeout);
   FG_RETURN_IF_ERROR(session_.ReportPeerLinks(ring.status()));
   FG_ASSIGN_OR_RETURN(const v1::DataPlaneChosen chosen,
-                      session_.AwaitDataPlane(absl::Now() + kDataPlaneWait));
+                      session_.AwaitDataPlane(clock_->Now() + kDataPlaneWait));
   {
     absl::MutexLock lock(&plane_mu_);
     epoch_plane_reason_ = chosen.reason();

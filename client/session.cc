@@ -262,7 +262,7 @@ absl::StatusOr<v1::DataPlaneChosen> Session::AwaitDataPlane(
   auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return data_plane_chosen_.has_value() || !session_status_.ok();
   };
-  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+  clock_->Await(&mu_, absl::Condition(&settled), deadline);
   if (data_plane_chosen_.has_value()) return *data_plane_chosen_;
   if (!session_status_.ok()) return session_status_;
   return absl::DeadlineExceededError(

@@ -109,6 +109,18 @@ class Group:
         """peer_endpoints[r] is the peer endpoint rank r offered, or ""."""
         return list(self._session.peer_endpoints)
 
+    @property
+    def data_plane(self) -> str:
+        """"direct" when this epoch's all_gather family goes over peer links,
+        "relay" when it goes through the server (docs/protocol.md, "Data
+        planes"). It falls back to "relay" after a failed collective."""
+        return self._session.data_plane
+
+    @property
+    def data_plane_reason(self) -> str:
+        """Why the server chose the data plane, or why it fell back."""
+        return self._session.data_plane_reason
+
     def _done(self, outcome):
         result, contributors = outcome
         self.last_contributors = list(contributors)

@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "client/group.h"
 #include "client/torch/torch_collectives.h"
+#include "common/data_plane_name.h"
 #include "python/src/error.h"
 #include "python/src/process_group.h"
 #include "python/src/session.h"
@@ -127,6 +128,14 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly(
           "peer_endpoints",
           [](const Session& s) { return s.group().peer_endpoints(); })
+      .def_property_readonly(
+          "data_plane",
+          [](const Session& s) {
+            return std::string(DataPlaneName(s.group().data_plane()));
+          })
+      .def_property_readonly(
+          "data_plane_reason",
+          [](const Session& s) { return s.group().data_plane_reason(); })
       .def_property_readonly("server", &Session::server)
       .def(
           "all_gather",

@@ -30,7 +30,9 @@ def main():
         group_name, world, rank, peer_listen="127.0.0.1:0")
     res = {"rank": group.rank, "world_size": group.world_size,
            "name": group.name, "identities": group.identities,
-           "peer_endpoints": group.peer_endpoints}
+           "peer_endpoints": group.peer_endpoints,
+           "data_plane": group.data_plane,
+           "data_plane_reason": group.data_plane_reason}
     res["all_gather"] = group.all_gather(tensor_input(rank))
     res["contributors"] = group.last_contributors
     res["all_gather_dict"] = group.all_gather(dict_input(rank))

@@ -40,6 +40,9 @@ class ModuleTest(unittest.TestCase):
         for rank in range(WORLD):
             res = torch.load(out.format(rank=rank))
             self.assertEqual(res["peer_endpoints"], endpoints)
+            # Every rank offered an endpoint: the gathers went peer to peer.
+            self.assertEqual(res["data_plane"], "direct",
+                             res["data_plane_reason"])
             self.assertEqual(res["rank"], rank)
             self.assertEqual(res["world_size"], WORLD)
             self.assertEqual(res["name"], "fl")

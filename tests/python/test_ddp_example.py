@@ -31,7 +31,9 @@ class DdpExampleTest(unittest.TestCase):
                 lambda r: [EXAMPLE, "--steps", str(STEPS), "--rank", str(r),
                            "--world-size", "2", "--init-method",
                            f"fedgather://{cluster.address}?group=ddp&tls_dir="
-                           f"{cluster.tls_dir(sites[r])}"], 2)
+                           f"{cluster.tls_dir(sites[r])}"
+                           # The gradients go peer to peer (the direct plane).
+                           "&peer_listen=127.0.0.1:0"], 2)
             for r in fed:
                 self.assertEqual(r.returncode, 0,
                                  f"rank {r.rank}:\n{r.output}\n{cluster.server_log()}")

@@ -42,7 +42,9 @@ class TorchBackendTest(unittest.TestCase):
                 f"rank {r.rank} failed:\n{r.output}" +
                 (f"\nserver log:\n{cluster.server_log()}" if cluster else ""))
 
-    def run_ops(self, world_size):
+    def run_ops(self, world_size, peer_listen=False):
+        """peer_listen: every rank offers a peer endpoint on 127.0.0.1, so
+        the all_gather family runs on the direct plane."""
         group = f"ops{world_size}"
         sites = [f"site-{i + 1}" for i in range(world_size)]
         work = tempfile.mkdtemp(prefix="fedgather-ops.")
@@ -56,6 +58,8 @@ class TorchBackendTest(unittest.TestCase):
                     def args(rank, out=out):
                         url = (f"fedgather://{cluster.address}?group={group}"
                                f"&tls_dir={cluster.tls_dir(sites[rank])}")
+                        if peer_listen:
+                            url += "&peer_listen=127.0.0.1:0"
                         return worker_args("ops", backend, url, out,
                                            world_size)(rank)
                 else:
@@ -117,6 +121,11 @@ class TorchBackendTest(unittest.TestCase):
 
     def test_ops_identical_to_gloo_world_3(self):
         outs = self.run_ops(3)
+        self.check_identical(outs, 3)
+        self.check_against_inputs(outs["fedgather"], 3)
+
+    def test_ops_identical_to_gloo_on_the_direct_plane(self):
+        outs = self.run_ops(3, peer_listen=True)
         self.check_identical(outs, 3)
         self.check_against_inputs(outs["fedgather"], 3)
 

@@ -77,15 +77,17 @@ fi
 BENCH="$BUILD_DIR/bench/allgather_bench"
 
 # ---- side by side: Gloo, MPI, fedgather (TLS, plaintext) -----------------------
-# One launch runs both fedgather modes (impl fedgather_tls, then
-# fedgather_plain); the peers' harness rotates it into its order like the
-# others and times out each command after T_CMD seconds.
+# One launch runs the fedgather modes (impl fedgather_tls, fedgather_plain,
+# then fedgather_tls_direct: the all_gather family over peer links, the
+# server keeping the control frames); the peers' harness rotates it into
+# its order like the others and times out each command after T_CMD seconds.
 status=0
 if [ "${SKIP_PEERS:-0}" != 1 ]; then
   log "side by side: N=$NPROCS, sizes $SIZES, $REPS reps -> $OUT/peers"
   EXTRA_CMD="$BENCH --np {N} --sizes {SIZES} --timeout-s 850; a=\$?; "
   EXTRA_CMD+="$BENCH --insecure --np {N} --sizes {SIZES} --timeout-s 850; b=\$?; "
-  EXTRA_CMD+="[ \$a = 0 ] && [ \$b = 0 ]"
+  EXTRA_CMD+="$BENCH --data-plane direct --ops all_gather --np {N} --sizes {SIZES} --timeout-s 850; c=\$?; "
+  EXTRA_CMD+="[ \$a = 0 ] && [ \$b = 0 ] && [ \$c = 0 ]"
   PEERS_WORK="$OUT/peers-work" REPS="$REPS" NPROCS="$NPROCS" SIZES="$SIZES" \
     T_CMD=900 SKIP_LIMITS="${SKIP_LIMITS:-0}" \
     EXTRA_IMPL=fedgather EXTRA_CMD="$EXTRA_CMD" \

@@ -36,13 +36,15 @@ constexpr size_t kDeliveryMessageBytes = 1024;
 class DirectStream : public FrameStream, public FrameHandler {
  public:
   DirectStream(RelayDataPlane* server, PeerRing* ring,
-               const DirectPlaneOptions& options, grpc::ByteBuffer header,
-               FrameHandler* handler)
+               const DirectPlaneOptions& options, DirectScratch* scratch,
+               grpc::ByteBuffer header, FrameHandler* handler)
       : handler_(handler),
         ring_(ring),
         options_(options),
         rank_(ring->rank),
         world_(static_cast<int>(ring->identities.size())),
+        mine_(scratch->mine),
+        out_(scratch->parts),
         fingerprints_(world_) {
     grpc::ByteBuffer copy = header;
     v1::CollectiveFrame frame;
@@ -57,6 +59,12 @@ class DirectStream : public FrameStream, public FrameHandler {
       if (digest.ok() && own.ok()) {
         digest_ = *digest;
         fingerprints_[rank_] = *std::move(own);
+        int64_t own_bytes = 0;
+        for (const TensorSpec& spec : fingerprints_[rank_]) {
+          own_bytes += ByteSize(spec).value_or(0);
+        }
+        mine_.clear();
+        mine_.reserve(static_cast<size_t>(own_bytes));
       }
     }
     server_ = server->OpenHeld(std::move(header), this);
@@ -388,14 +396,14 @@ class DirectStream : public FrameStream, public FrameHandler {
   std::unique_ptr<HeldFrameStream> server_;
 
   // The handler's write chain (one write at a time).
-  std::string mine_;
+  std::string& mine_;  // the plane's scratch, this rank's part
   int absorbed_ = 0;
   bool absorbing_ = false;
 
   // Fixed when the ring starts; the ring thread and the verdict read them.
   std::vector<size_t> sizes_;
   std::vector<size_t> offsets_;
-  std::vector<char> out_;
+  std::vector<char>& out_;  // the plane's scratch, every part
   std::thread ring_thread_;
 
   // Every rank's fingerprint: written under mu_ before the ring starts,
@@ -427,7 +435,7 @@ DirectDataPlane::DirectDataPlane(RelayDataPlane* server, PeerRing* ring,
 
 std::unique_ptr<FrameStream> DirectDataPlane::Open(grpc::ByteBuffer header,
                                                    FrameHandler* handler) {
-  return std::make_unique<DirectStream>(server_, ring_, options_,
+  return std::make_unique<DirectStream>(server_, ring_, options_, &scratch_,
                                         std::move(header), handler);
 }
 

@@ -29,6 +29,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "client/data_plane.h"
@@ -46,6 +48,17 @@ struct DirectPlaneOptions {
   std::function<void(int part, char* data, size_t size)> forward_hook;
 };
 
+// The buffers a direct collective works in: this rank's part as the
+// handler writes it, and every part the ring brings. They outlive each
+// collective and keep their memory for the next, one at a time (a Group
+// runs one collective at a time), so repeated collectives of one size
+// neither reallocate nor fault their pages in again; the price is holding
+// N·S bytes besides the caller's output between collectives.
+struct DirectScratch {
+  std::string mine;
+  std::vector<char> parts;
+};
+
 class DirectDataPlane : public DataPlane {
  public:
   // The streams' frames to the server go over `server` (the relay plane's
@@ -61,7 +74,8 @@ class DirectDataPlane : public DataPlane {
   }
 
   // Open: `header` must be this rank's CollectiveHeader of an op of the
-  // all_gather family, declaring the direct plane.
+  // all_gather family, declaring the direct plane. One stream at a time:
+  // each uses the plane's DirectScratch.
   std::unique_ptr<FrameStream> Open(grpc::ByteBuffer header,
                                     FrameHandler* handler) override;
 
@@ -69,6 +83,7 @@ class DirectDataPlane : public DataPlane {
   RelayDataPlane* const server_;
   PeerRing* const ring_;
   DirectPlaneOptions options_;
+  DirectScratch scratch_;
 };
 
 }  // namespace fedgather

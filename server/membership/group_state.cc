@@ -451,13 +451,19 @@ void GroupState::SettleDataPlaneLocked(const std::string& why_not,
       if (auto session = weak.lock()) session->SendDataPlane(chosen);
     });
   }
-  ServerEvent settled;
-  settled.kind = EventKind::kDataPlaneChosen;
-  settled.group = name_;
-  settled.epoch = epoch_;
-  settled.details.emplace_back("data_plane", DataPlaneName(data_plane_));
-  settled.details.emplace_back("data_plane_reason", data_plane_reason_);
-  DeferEvent(limits_.events, std::move(settled), callbacks);
+  DataPlaneEventLocked(std::nullopt, callbacks);
+}
+
+void GroupState::DataPlaneEventLocked(std::optional<uint64_t> seq,
+                                      PendingCallbacks* callbacks) const {
+  ServerEvent chosen;
+  chosen.kind = EventKind::kDataPlaneChosen;
+  chosen.group = name_;
+  chosen.epoch = epoch_;
+  chosen.seq = seq;
+  chosen.details.emplace_back("data_plane", DataPlaneName(data_plane_));
+  chosen.details.emplace_back("data_plane_reason", data_plane_reason_);
+  DeferEvent(limits_.events, std::move(chosen), callbacks);
 }
 
 void GroupState::EndEpochLocked(absl::Status status,
@@ -732,14 +738,7 @@ void GroupState::RoundFinished(uint64_t epoch, uint64_t seq,
     data_plane_ = v1::DATA_PLANE_RELAY;
     data_plane_reason_ = absl::StrCat("fell back to the relay after seq ", seq,
                                       " failed: ", outcome.message());
-    ServerEvent changed;
-    changed.kind = EventKind::kDataPlaneChosen;
-    changed.group = name_;
-    changed.epoch = epoch_;
-    changed.seq = seq;
-    changed.details.emplace_back("data_plane", DataPlaneName(data_plane_));
-    changed.details.emplace_back("data_plane_reason", data_plane_reason_);
-    DeferEvent(limits_.events, std::move(changed), &callbacks);
+    DataPlaneEventLocked(seq, &callbacks);
   }
   if (!closing_.ok() && rounds_.InFlightCount() == 0) {
     EndEpochLocked(closing_, nullptr, &callbacks);

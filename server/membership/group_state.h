@@ -268,6 +268,11 @@ class GroupState {
   void SettleDataPlaneLocked(const std::string& why_not,
                              PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DataPlaneEventLocked reports the epoch's plane and why (kDataPlaneChosen;
+  // `seq`: the round whose failure made it fall back).
+  void DataPlaneEventLocked(std::optional<uint64_t> seq,
+                            PendingCallbacks* callbacks) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AdmissionLocked is limits_.admission's answer (OK without one).
   absl::Status AdmissionLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // KeepOutcomeLocked keeps how round `seq` ended, for ranks that come late

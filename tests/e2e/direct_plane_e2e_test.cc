@@ -27,37 +27,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Members site-1..site-N joined at ranks 0..N-1 through `address` (the
-// server's, or a proxy's in front of it), each offering a peer endpoint on
-// 127.0.0.1 at a free port unless `adjust` changes its JoinOptions.
-struct DirectMembers {
-  std::vector<std::unique_ptr<Client>> clients;
-  std::vector<std::unique_ptr<Group>> groups;
-
-  DirectMembers(const TestCluster& cluster, const std::string& address,
-                const std::function<void(int, JoinOptions&)>& adjust = {}) {
-    const int n = cluster.participants();
-    clients.resize(n);
-    groups.resize(n);
-    RunRanks(n, [&](int r) {
-      clients[r] = cluster.ConnectVia(TestCluster::Site(r), address);
-      JoinOptions options{"demo", n, r, absl::Seconds(60)};
-      options.peer_listen = "127.0.0.1:0";
-      if (adjust) adjust(r, options);
-      absl::StatusOr<std::unique_ptr<Group>> group = clients[r]->Join(options);
-      EXPECT_TRUE(group.ok()) << "rank " << r << ": " << group.status();
-      if (group.ok()) groups[r] = *std::move(group);
-    });
-  }
-
-  std::vector<absl::Status> Run(const std::function<absl::Status(int)>& fn) {
-    std::vector<absl::Status> statuses(groups.size());
-    RunRanks(static_cast<int>(groups.size()),
-             [&](int r) { statuses[r] = fn(r); });
-    return statuses;
-  }
-};
-
 // What rank r contributes in round `round`: two tensors of different
 // dtypes and sizes, each rank's bytes its own.
 struct Contribution {
@@ -104,7 +73,7 @@ TEST_P(DirectPlaneTest, EveryGatherOpIsByteExactAndTheServerSeesNoPayload) {
   const int n = GetParam();
   TestCluster cluster{ClusterOptions(n)};
   TcpProxy proxy(cluster.server().port());
-  DirectMembers members(cluster, proxy.address());
+  OfferingMembers members(cluster, proxy.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
   for (const auto& group : members.groups) {
     EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_DIRECT);
@@ -174,7 +143,7 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, DirectPlaneTest,
 TEST(DirectPlaneFaultTest,
      AFlippedForwardedByteFailsEveryRankNamingPartAndLink) {
   TestCluster cluster(ClusterOptions(3));
-  DirectMembers members(cluster, cluster.address());
+  OfferingMembers members(cluster, cluster.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
   // Rank 1 forwards rank 0's part to rank 2, and flips a byte of it.
   CollectiveOptions hostile;
@@ -211,7 +180,7 @@ TEST(DirectPlaneFaultTest,
 
 TEST(DirectPlaneFaultTest, AHungForwarderFailsEveryRankWithOneStatus) {
   TestCluster cluster(ClusterOptions(3));
-  DirectMembers members(cluster, cluster.address());
+  OfferingMembers members(cluster, cluster.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
   // Rank 1 hangs past the stall timeout (5 s) before it forwards.
   CollectiveOptions hung;
@@ -240,9 +209,10 @@ TEST(DirectPlaneChoiceTest, AutoRunsOnTheRelayWhenAMemberOffersNoEndpoint) {
   ClusterOptions options(3);
   options.audit = true;
   TestCluster cluster(options);
-  DirectMembers members(cluster, cluster.address(), [](int r, JoinOptions& o) {
-    if (r == 2) o.peer_listen.clear();
-  });
+  OfferingMembers members(cluster, cluster.address(),
+                          [](int r, JoinOptions& o) {
+                            if (r == 2) o.peer_listen.clear();
+                          });
   ASSERT_FALSE(::testing::Test::HasFailure());
   for (const auto& group : members.groups) {
     EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);
@@ -269,7 +239,7 @@ TEST(DirectPlaneChoiceTest, AutoRunsOnTheRelayWhenAMemberOffersNoEndpoint) {
 
 // ExpectRelayEverywhere expects every member on the relay with a reason
 // that holds `says`, and a round that works there.
-void ExpectRelayEverywhere(DirectMembers& members, const std::string& says) {
+void ExpectRelayEverywhere(OfferingMembers& members, const std::string& says) {
   for (const auto& group : members.groups) {
     ASSERT_NE(group, nullptr);
     EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);
@@ -289,9 +259,10 @@ TEST(DirectPlaneChoiceTest, AutoRunsOnTheRelayWhenALinkCannotConnect) {
   ASSERT_TRUE(closed.ok());
   const int closed_port = BoundPort(*closed).value();
   *closed = PeerSocket();
-  DirectMembers members(cluster, cluster.address(), [&](int r, JoinOptions& o) {
-    if (r == 2) o.peer_advertise = absl::StrCat("127.0.0.1:", closed_port);
-  });
+  OfferingMembers members(
+      cluster, cluster.address(), [&](int r, JoinOptions& o) {
+        if (r == 2) o.peer_advertise = absl::StrCat("127.0.0.1:", closed_port);
+      });
   ExpectRelayEverywhere(members, "could not make its ring links");
 }
 
@@ -311,9 +282,11 @@ TEST(DirectPlaneChoiceTest,
   auto intruder = PeerListener::Start(*intruder_tls, *std::move(socket),
                                       PeerListenerOptions());
   ASSERT_TRUE(intruder.ok()) << intruder.status();
-  DirectMembers members(cluster, cluster.address(), [&](int r, JoinOptions& o) {
-    if (r == 1) o.peer_advertise = absl::StrCat("127.0.0.1:", intruder_port);
-  });
+  OfferingMembers members(
+      cluster, cluster.address(), [&](int r, JoinOptions& o) {
+        if (r == 1)
+          o.peer_advertise = absl::StrCat("127.0.0.1:", intruder_port);
+      });
   ExpectRelayEverywhere(members, "UNAUTHENTICATED");
   // The refused link is a denial in the audit log, naming the reporter.
   bool denied = false;
@@ -342,7 +315,7 @@ TEST(DirectPlaneChoiceTest, PolicyRelayKeepsOfferingMembersOnTheRelay) {
   ClusterOptions options(2);
   options.group_extra = "    data_plane: relay\n";
   TestCluster cluster(options);
-  DirectMembers members(cluster, cluster.address());
+  OfferingMembers members(cluster, cluster.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
   for (const auto& group : members.groups) {
     EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);

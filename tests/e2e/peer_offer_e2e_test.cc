@@ -26,27 +26,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Members site-1..site-N joined at ranks 0..N-1, each offering a peer
-// endpoint on 127.0.0.1 at a free port.
-struct OfferingMembers {
-  std::vector<std::unique_ptr<Client>> clients;
-  std::vector<std::unique_ptr<Group>> groups;
-
-  explicit OfferingMembers(const TestCluster& cluster) {
-    const int n = cluster.participants();
-    clients.resize(n);
-    groups.resize(n);
-    RunRanks(n, [&](int r) {
-      clients[r] = cluster.Connect(TestCluster::Site(r));
-      JoinOptions options{"demo", n, r, absl::Seconds(30)};
-      options.peer_listen = "127.0.0.1:0";
-      absl::StatusOr<std::unique_ptr<Group>> group = clients[r]->Join(options);
-      EXPECT_TRUE(group.ok()) << "rank " << r << ": " << group.status();
-      if (group.ok()) groups[r] = *std::move(group);
-    });
-  }
-};
-
 // A cluster of `n` sites whose group stays on the relay, so that the
 // members make no ring links of their own and the tests make theirs.
 ClusterOptions RelayCluster(int n) {
@@ -66,7 +45,7 @@ v1::PeerLinkHello Hello(const Group& group, int from, int to) {
 
 TEST(PeerOfferTest, EveryRankLearnsTheBoundEndpointsAndTheLinksCarryBytes) {
   TestCluster cluster(RelayCluster(3));
-  OfferingMembers members(cluster);
+  OfferingMembers members(cluster, cluster.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
   std::vector<std::string> expected;
   for (const auto& group : members.groups) {
@@ -135,7 +114,7 @@ TEST(PeerOfferTest, AListenerRefusesACertificateTheServerRevoked) {
   ASSERT_TRUE(WriteStringToFile(cluster.dir() + "/crl.pem", *crl).ok());
   ASSERT_TRUE(cluster.server().ReloadPolicy("test").ok());
 
-  OfferingMembers members(cluster);
+  OfferingMembers members(cluster, cluster.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
   const Group& listening = *members.groups[0];
   TlsFiles stolen = cluster.TlsFor("site-2");

@@ -163,6 +163,28 @@ absl::Status GatherRanks(Group& group) {
   return absl::OkStatus();
 }
 
+OfferingMembers::OfferingMembers(
+    const TestCluster& cluster, const std::string& address,
+    const std::function<void(int, JoinOptions&)>& adjust) {
+  const int n = cluster.participants();
+  clients.resize(n);
+  groups.resize(n);
+  RunRanks(n, [&](int r) {
+    clients[r] = cluster.ConnectVia(TestCluster::Site(r), address);
+    JoinOptions options{"demo", n, r, absl::Seconds(60)};
+    options.peer_listen = "127.0.0.1:0";
+    if (adjust) adjust(r, options);
+    absl::StatusOr<std::unique_ptr<Group>> group = clients[r]->Join(options);
+    EXPECT_TRUE(group.ok()) << "rank " << r << ": " << group.status();
+    if (group.ok()) groups[r] = *std::move(group);
+  });
+}
+
+std::vector<absl::Status> OfferingMembers::Run(
+    const std::function<absl::Status(int)>& fn) {
+  return RunEveryRank(static_cast<int>(groups.size()), fn);
+}
+
 Members::Members(const TestCluster& cluster) {
   const int n = cluster.participants();
   clients.resize(n);
@@ -175,9 +197,13 @@ Members::Members(const TestCluster& cluster) {
 
 std::vector<absl::Status> Members::Run(
     const std::function<absl::Status(int)>& fn) {
-  std::vector<absl::Status> statuses(groups.size());
-  RunRanks(static_cast<int>(groups.size()),
-           [&](int i) { statuses[i] = fn(i); });
+  return RunEveryRank(static_cast<int>(groups.size()), fn);
+}
+
+std::vector<absl::Status> RunEveryRank(
+    int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<absl::Status> statuses(n);
+  RunRanks(n, [&](int i) { statuses[i] = fn(i); });
   return statuses;
 }
 

@@ -95,6 +95,20 @@ std::unique_ptr<Group> MustJoin(const TestCluster& cluster, Client& client,
 // checks every value.
 absl::Status GatherRanks(Group& group);
 
+// OfferingMembers: site-1..site-N joined to "demo" at ranks 0..N-1 through
+// `address` (the server's, or a proxy's in front of it), each offering a
+// peer endpoint on 127.0.0.1 at a free port unless `adjust` changes its
+// JoinOptions. A join that fails fails the test and leaves that group null.
+struct OfferingMembers {
+  std::vector<std::unique_ptr<Client>> clients;
+  std::vector<std::unique_ptr<Group>> groups;
+
+  OfferingMembers(const TestCluster& cluster, const std::string& address,
+                  const std::function<void(int, JoinOptions&)>& adjust = {});
+  // Runs `fn(rank)` on every member's thread; returns each status.
+  std::vector<absl::Status> Run(const std::function<absl::Status(int)>& fn);
+};
+
 // Members of a formed group, one client each, joined at rank i.
 struct Members {
   std::vector<std::unique_ptr<Client>> clients;
@@ -113,6 +127,11 @@ void ExpectSameStatusEverywhere(const std::vector<absl::Status>& statuses,
 
 // ReadAuditRecords parses every line of the audit file at `path`.
 std::vector<nlohmann::json> ReadAuditRecords(const std::string& path);
+
+// RunEveryRank runs fn(i) for i in [0, n) on n threads and returns each
+// status.
+std::vector<absl::Status> RunEveryRank(
+    int n, const std::function<absl::Status(int)>& fn);
 
 // RunRanks runs fn(i) for i in [0, n) on n threads and joins them.
 void RunRanks(int n, const std::function<void(int)>& fn);

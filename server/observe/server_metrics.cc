@@ -58,6 +58,11 @@ class StateCollectable : public prometheus::Collectable {
       prometheus::MetricFamily rounds =
           Family("fedgather_rounds_in_flight", "rounds in flight",
                  prometheus::MetricType::Gauge);
+      prometheus::MetricFamily plane = Family(
+          "fedgather_data_plane",
+          "1 for the data plane a formed epoch's all_gather family runs on "
+          "(docs/protocol.md, \"Data planes\"), 0 for the other",
+          prometheus::MetricType::Gauge);
       prometheus::MetricFamily buffered = Family(
           "fedgather_buffered_bytes",
           "payload held for receivers that have not written it, summed over "
@@ -75,6 +80,13 @@ class StateCollectable : public prometheus::Collectable {
                  static_cast<double>(group.members.size()) - connected);
         AddGauge(&rounds, {{"group", name}},
                  static_cast<double>(group.rounds.size()));
+        if (group.formed) {
+          const bool direct = group.data_plane == v1::DATA_PLANE_DIRECT;
+          AddGauge(&plane, {{"group", name}, {"plane", "direct"}},
+                   direct ? 1 : 0);
+          AddGauge(&plane, {{"group", name}, {"plane", "relay"}},
+                   direct ? 0 : 1);
+        }
         int64_t bytes = 0;
         for (const Round::Progress& round : group.rounds) {
           bytes += round.buffered_bytes;
@@ -88,6 +100,7 @@ class StateCollectable : public prometheus::Collectable {
       AddGauge(&limit, {}, static_cast<double>(limit_));
       families.push_back(std::move(members));
       families.push_back(std::move(rounds));
+      families.push_back(std::move(plane));
       families.push_back(std::move(buffered));
       families.push_back(std::move(limit));
     }

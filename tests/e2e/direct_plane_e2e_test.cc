@@ -19,6 +19,7 @@
 #include "client/peer/peer_tls.h"
 #include "common/data_plane_name.h"
 #include "common/status_macros.h"
+#include "tests/e2e/metrics_scrape.h"
 #include "tests/e2e/tcp_proxy.h"
 #include "tests/e2e/test_cluster.h"
 
@@ -71,7 +72,9 @@ class DirectPlaneTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(DirectPlaneTest, EveryGatherOpIsByteExactAndTheServerSeesNoPayload) {
   const int n = GetParam();
-  TestCluster cluster{ClusterOptions(n)};
+  ClusterOptions options(n);
+  options.metrics = true;
+  TestCluster cluster(options);
   TcpProxy proxy(cluster.server().port());
   OfferingMembers members(cluster, proxy.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
@@ -118,6 +121,14 @@ TEST_P(DirectPlaneTest, EveryGatherOpIsByteExactAndTheServerSeesNoPayload) {
   auto status = members.clients[0]->GetStatus("demo");
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->groups(0).data_plane(), v1::DATA_PLANE_DIRECT);
+  const std::string metrics = Scrape(cluster.server().metrics_port());
+  EXPECT_EQ(
+      MetricValue(metrics,
+                  "fedgather_data_plane{group=\"demo\",plane=\"direct\"}"),
+      1);
+  EXPECT_EQ(MetricValue(metrics,
+                        "fedgather_data_plane{group=\"demo\",plane=\"relay\"}"),
+            0);
   for (const absl::Status& s : members.Run([&](int r) {
          int32_t value = r == 0 ? 4242 : 0;
          const MutableHostTensor t{{"v", DType::kI32, {1}}, &value};

@@ -84,6 +84,9 @@ Group::Group(std::shared_ptr<grpc::Channel> channel, std::string server,
       clock_(clock) {}
 
 Group::~Group() {
+  // The listener's threads report refusals through the session: stop them
+  // first. The ring's links are its own and stay.
+  peer_offer_.reset();
   session_.BeginLeave();
   // The collectives still queued never start; refused now, before the
   // epoch's end could reach them as a session failure.
@@ -116,7 +119,13 @@ absl::Status Group::Join(const v1::JoinRequest& request, absl::Duration timeout,
   }
   PeerEpoch epoch{session_.name(), session_.epoch(), session_.rank(),
                   session_.identities(), session_.peer_crl()};
-  FG_RETURN_IF_ERROR(offer->Open(tls, epoch, PeerListenerOptions()));
+  // The listener's refusals go to the server's audit. ~Group stops the
+  // listener before the session goes.
+  PeerListenerOptions listening;
+  listening.on_refusal = [this](const absl::Status& refusal) {
+    session_.ReportPeerRefusal(refusal);
+  };
+  FG_RETURN_IF_ERROR(offer->Open(tls, epoch, std::move(listening)));
   peer_offer_ = std::move(offer);
   if (session_.data_plane() != v1::DATA_PLANE_DIRECT) return absl::OkStatus();
   // A direct candidate: every member dials its successor while it admits

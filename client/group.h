@@ -277,7 +277,8 @@ class Group {
                    absl::Span<const ConstHostTensor> inputs,
                    ReceiveTarget* target, const CollectiveOptions& options);
 
-  // Declared first, destroyed last: its listener goes after the session.
+  // ~Group resets it first: its listener's threads report refusals
+  // through the session.
   std::unique_ptr<PeerOffer> peer_offer_;
   Session session_;  // the membership: join, heartbeats, resume, leave
   RelayDataPlane data_plane_;  // carries the collectives' bytes

@@ -256,6 +256,15 @@ absl::Status Session::ReportPeerLinks(const absl::Status& links) {
   return absl::OkStatus();
 }
 
+void Session::ReportPeerRefusal(const absl::Status& refusal) {
+  v1::SessionRequest report;
+  report.mutable_peer_refusal()->set_code(static_cast<int32_t>(refusal.code()));
+  report.mutable_peer_refusal()->set_message(
+      TruncateText(refusal.message(), 1024));
+  absl::MutexLock write_lock(&write_mu_);
+  if (session_ != nullptr) session_->Write(report);
+}
+
 absl::StatusOr<v1::DataPlaneChosen> Session::AwaitDataPlane(
     absl::Time deadline) {
   absl::MutexLock lock(&mu_);

@@ -79,6 +79,10 @@ class Session {
   // ReportPeerLinks tells the server how this member's ring links went
   // (PeerLinks: OK, or the error). UNAVAILABLE when the session is broken.
   absl::Status ReportPeerLinks(const absl::Status& links);
+  // ReportPeerRefusal tells the server of a connection this member's peer
+  // listener refused (PeerRefusal), for its audit. Best effort: nothing
+  // when the session is broken. Any thread.
+  void ReportPeerRefusal(const absl::Status& refusal);
   // AwaitDataPlane waits for the server's DataPlaneChosen, at most until
   // `deadline` (DEADLINE_EXCEEDED), and returns it; the session's status
   // when it ends first.

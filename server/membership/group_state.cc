@@ -429,6 +429,40 @@ absl::Status GroupState::ReportPeerLinks(const SessionStream* session,
   return absl::OkStatus();
 }
 
+absl::Status GroupState::ReportPeerRefusal(const SessionStream* session,
+                                           const v1::PeerRefusal& refusal,
+                                           PendingCallbacks* callbacks) {
+  absl::MutexLock lock(&mu_);
+  const auto member =
+      std::find_if(members_.begin(), members_.end(),
+                   [&](const Member& m) { return m.session_key == session; });
+  if (!formed_ || member == members_.end()) {
+    return absl::FailedPreconditionError(
+        "PeerRefusal may be sent only by a member of a formed epoch");
+  }
+  if (member->refusals_reported >= kMaxPeerRefusalReports) {
+    return absl::OkStatus();
+  }
+  ++member->refusals_reported;
+  const int code = refusal.code() > 0 && refusal.code() <= 16
+                       ? refusal.code()
+                       : static_cast<int>(absl::StatusCode::kUnknown);
+  ServerEvent denied;
+  denied.kind = EventKind::kAccessDenied;
+  denied.action = "peer_link";
+  denied.group = name_;
+  denied.epoch = epoch_;
+  denied.rank = static_cast<int>(member - members_.begin());
+  denied.identity = member->identity;
+  denied.peer = member->peer;
+  denied.status = absl::Status(
+      static_cast<absl::StatusCode>(code),
+      absl::StrCat("rank ", denied.rank, "'s peer listener refused a link: ",
+                   TruncateText(refusal.message(), kMaxLinkReportBytes)));
+  DeferEvent(limits_.events, std::move(denied), callbacks);
+  return absl::OkStatus();
+}
+
 void GroupState::SettleDataPlaneLocked(const std::string& why_not,
                                        PendingCallbacks* callbacks) {
   links_pending_ = false;

@@ -174,6 +174,16 @@ class GroupState {
                                const v1::PeerLinks& report,
                                PendingCallbacks* callbacks);
 
+  // ReportPeerRefusal audits a connection a member's peer listener refused
+  // (PeerRefusal) as a denial: an kAccessDenied event, action "peer_link",
+  // naming the reporting member. At most kMaxPeerRefusalReports per member
+  // and epoch are kept; later ones are dropped. FAILED_PRECONDITION for a
+  // session that is not a member of the formed epoch.
+  absl::Status ReportPeerRefusal(const SessionStream* session,
+                                 const v1::PeerRefusal& refusal,
+                                 PendingCallbacks* callbacks);
+  static constexpr int kMaxPeerRefusalReports = 32;
+
   // CheckTimers enforces join timeouts, heartbeat timeouts and round
   // deadlines as of `now`.
   void CheckTimers(absl::Time now, PendingCallbacks* callbacks);
@@ -253,6 +263,7 @@ class GroupState {
     bool disconnected = false;
     absl::Time disconnected_at;
     std::string lost_why;
+    int refusals_reported = 0;  // PeerRefusal reports audited this epoch
   };
 
   std::string Describe() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

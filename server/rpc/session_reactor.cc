@@ -143,6 +143,14 @@ void SessionReactor::OnReadDone(bool ok) {
       Lost("it sent a PeerLinks report out of turn");
       return;
     }
+  } else if (request_.kind_case() == v1::SessionRequest::kPeerRefusal) {
+    if (absl::Status taken = group_->ReportPeerRefusal(
+            this, request_.peer_refusal(), &callbacks);
+        !taken.ok()) {
+      Close(absl::InvalidArgumentError(taken.message()));
+      Lost("it sent a PeerRefusal report out of turn");
+      return;
+    }
   } else if (request_.kind_case() == v1::SessionRequest::kHeartbeat) {
     group_->Heartbeat(this, clock_->Now());
     {
@@ -153,7 +161,7 @@ void SessionReactor::OnReadDone(bool ok) {
   } else {
     Close(absl::InvalidArgumentError(
         "a session may join only once; later messages must be heartbeats, "
-        "a PeerLinks report or a leave"));
+        "peer link reports or a leave"));
     Lost("it sent a second join");
     return;
   }

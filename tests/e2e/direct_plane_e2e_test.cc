@@ -12,8 +12,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/peer/peer_dial.h"
 #include "client/peer/peer_listener.h"
 #include "client/peer/peer_socket.h"
 #include "client/peer/peer_tls.h"
@@ -317,6 +319,45 @@ TEST(DirectPlaneChoiceTest,
     EXPECT_THAT(record.value("reason", ""), HasSubstr("intruder"));
   }
   EXPECT_TRUE(denied);
+}
+
+TEST(DirectPlaneChoiceTest, AListenersRefusalOfAnImpersonatorIsAudited) {
+  TestCluster cluster(ClusterOptions(3));
+  OfferingMembers members(cluster, cluster.address());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  // site-3 (rank 2), with its own certificate, dials rank 0 as if it were
+  // rank 1: rank 0's listener refuses it and reports it to the server.
+  const Group& target = *members.groups[0];
+  auto tls = PeerTls::Create(cluster.TlsFor("site-3"));
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  v1::PeerLinkHello hello;
+  hello.set_group("demo");
+  hello.set_epoch(target.epoch());
+  hello.set_from_rank(1);
+  hello.set_to_rank(0);
+  auto dialed =
+      DialPeerLink(**tls, target.peer_endpoints()[0], hello,
+                   target.identities()[0], absl::Now() + absl::Seconds(20));
+  ASSERT_FALSE(dialed.ok());
+  EXPECT_EQ(dialed.status().code(), absl::StatusCode::kPermissionDenied)
+      << dialed.status();
+  EXPECT_TRUE(cluster.events().WaitFor(
+      [](const server::ServerEvent& e) {
+        return e.kind == server::EventKind::kAccessDenied &&
+               e.action == "peer_link" && e.rank == 0 &&
+               e.status.code() == absl::StatusCode::kPermissionDenied &&
+               absl::StrContains(e.status.message(), "site-3");
+      },
+      absl::Seconds(20)));
+  // The epoch is untouched: the next gather still goes peer to peer.
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 1, 100);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  for (const auto& group : members.groups) {
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_DIRECT);
+  }
 }
 
 TEST(DirectPlaneChoiceTest, PolicyDirectRefusesAJoinWithoutAnEndpoint) {

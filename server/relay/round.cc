@@ -491,11 +491,6 @@ void Round::ClaimLocked(PendingCallbacks* callbacks) {
   WakeAll(callbacks);
 }
 
-bool Round::Direct() const {
-  absl::MutexLock lock(&mu_);
-  return direct_;
-}
-
 absl::Status Round::ConfirmDelivery(int rank, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;

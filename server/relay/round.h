@@ -219,10 +219,8 @@ class Round : public RoundDataPlane {
                   PendingCallbacks* callbacks,
                   std::optional<ContentHasher> hasher = std::nullopt) override;
 
-  // Direct: whether this round runs on the direct plane (RoundOptions::
-  // direct and an op of the all_gather family; known once a header
-  // attached), and whether the epoch does.
-  bool Direct() const;
+  // Whether the epoch runs the direct plane (RoundOptions::direct); a
+  // round of the all_gather family then runs on it.
   bool direct_epoch() const { return options_.direct; }
   // ConfirmDelivery records that `rank` received every part over its peer
   // links and found each to hash to the claims; the last one commits the

@@ -76,6 +76,9 @@ inline void DecodeInto(grpc::ByteBuffer frame, Received* got) {
     case v1::CollectiveFrame::kHeader:
       got->log.push_back(absl::StrCat("header ", message.header().rank()));
       break;
+    case v1::CollectiveFrame::kClaims:
+      got->log.push_back("claims");
+      break;
     case v1::CollectiveFrame::kCommit:
       got->log.push_back("commit");
       got->committed = true;

@@ -134,6 +134,50 @@ TEST_F(RoundTest, World3ForwardsHeadersThenChunksToEveryOtherRank) {
   EXPECT_EQ(kinds.back(), EventKind::kRoundCompleted);
 }
 
+TEST_F(RoundTest, ADirectRoundCommitsOnlyOnceEveryRankConfirmedItsParts) {
+  // Direct: headers fan out, the ends are claims, every rank gets the
+  // claims, and the commit waits for every rank's delivery.
+  RoundOptions options = MakeOptions(3);
+  options.direct = true;
+  Round round(std::move(options));
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(Attach(round, r).ok());
+  PendingCallbacks callbacks;
+  // No delivery before the claims.
+  const absl::Status early = round.ConfirmDelivery(0, &callbacks);
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(early.message()), HasSubstr("before the server"));
+  for (int r = 0; r < 3; ++r) End(round, r);
+  PumpAll(round);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(received_[r].log.back(), "claims") << "rank " << r;
+    EXPECT_FALSE(received_[r].committed);
+  }
+  ASSERT_TRUE(round.ConfirmDelivery(0, &callbacks).ok());
+  EXPECT_EQ(round.ConfirmDelivery(0, &callbacks).code(),
+            absl::StatusCode::kFailedPrecondition);  // twice
+  ASSERT_TRUE(round.ConfirmDelivery(1, &callbacks).ok());
+  PumpAll(round);
+  EXPECT_FALSE(received_[0].committed);  // rank 2 has not confirmed
+  ASSERT_TRUE(round.ConfirmDelivery(2, &callbacks).ok());
+  callbacks.Run();
+  PumpAll(round);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(received_[r].committed) << "rank " << r;
+    EXPECT_EQ(received_[r].commit.contributions_size(), 3);
+  }
+  ASSERT_EQ(finished_.size(), 1u);
+  EXPECT_TRUE(finished_[0].second.ok());
+}
+
+TEST_F(RoundTest, AConfirmationInARelayRoundIsRefused) {
+  std::unique_ptr<Round> round = MakeRound(2);
+  for (int r = 0; r < 2; ++r) ASSERT_TRUE(Attach(*round, r).ok());
+  PendingCallbacks callbacks;
+  const absl::Status refused = round->ConfirmDelivery(0, &callbacks);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("not direct"));
+}
+
 TEST_F(RoundTest, CommitWaitsForRemainingChunks) {
   // A receiver that is behind gets its remaining chunks before the commit.
   std::unique_ptr<Round> round = MakeRound(2);

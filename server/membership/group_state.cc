@@ -19,6 +19,18 @@ namespace {
 constexpr absl::Duration kLinkReportTimeout = absl::Seconds(20);
 constexpr size_t kMaxLinkReportBytes = 1024;
 
+// ReportedStatus is what a member reported (a google.rpc.Code, UNKNOWN for
+// any other number, and its words, bounded), after `prefix`.
+absl::Status ReportedStatus(int32_t code, const std::string& message,
+                            absl::string_view prefix) {
+  const int known = code > 0 && code <= 16
+                        ? code
+                        : static_cast<int>(absl::StatusCode::kUnknown);
+  return absl::Status(
+      static_cast<absl::StatusCode>(known),
+      absl::StrCat(prefix, TruncateText(message, kMaxLinkReportBytes)));
+}
+
 }  // namespace
 
 GroupState::GroupState(GroupConfig config, const GroupLimits& limits)
@@ -379,39 +391,22 @@ absl::Status GroupState::ReportPeerLinks(const SessionStream* session,
                                          const v1::PeerLinks& report,
                                          PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  const auto member =
-      std::find_if(members_.begin(), members_.end(),
-                   [&](const Member& m) { return m.session_key == session; });
-  if (!formed_ || member == members_.end()) {
+  const int rank = FormedRankLocked(session);
+  if (rank < 0) {
     return absl::FailedPreconditionError(
         "PeerLinks may be sent only by a member of a formed epoch");
   }
-  const int rank = static_cast<int>(member - members_.begin());
   // Late (the plane was settled without it) or repeated: nothing to do.
   if (!links_pending_ || link_reports_[rank].has_value()) {
     return absl::OkStatus();
   }
-  absl::Status links;
-  if (report.code() != 0) {
-    const int code = report.code() > 0 && report.code() <= 16
-                         ? report.code()
-                         : static_cast<int>(absl::StatusCode::kUnknown);
-    links = absl::Status(static_cast<absl::StatusCode>(code),
-                         TruncateText(report.message(), kMaxLinkReportBytes));
-  }
+  const absl::Status links =
+      report.code() == 0 ? absl::OkStatus()
+                         : ReportedStatus(report.code(), report.message(), "");
   if (links.code() == absl::StatusCode::kUnauthenticated ||
       links.code() == absl::StatusCode::kPermissionDenied) {
     // A peer that is not who the rendezvous named: a denial, audited.
-    ServerEvent denied;
-    denied.kind = EventKind::kAccessDenied;
-    denied.action = "peer_link";
-    denied.group = name_;
-    denied.epoch = epoch_;
-    denied.rank = rank;
-    denied.identity = member->identity;
-    denied.peer = member->peer;
-    denied.status = links;
-    DeferEvent(limits_.events, std::move(denied), callbacks);
+    PeerLinkDenialLocked(rank, links, callbacks);
   }
   link_reports_[rank] = links;
   for (const std::optional<absl::Status>& r : link_reports_) {
@@ -433,34 +428,45 @@ absl::Status GroupState::ReportPeerRefusal(const SessionStream* session,
                                            const v1::PeerRefusal& refusal,
                                            PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
-  const auto member =
-      std::find_if(members_.begin(), members_.end(),
-                   [&](const Member& m) { return m.session_key == session; });
-  if (!formed_ || member == members_.end()) {
+  const int rank = FormedRankLocked(session);
+  if (rank < 0) {
     return absl::FailedPreconditionError(
         "PeerRefusal may be sent only by a member of a formed epoch");
   }
-  if (member->refusals_reported >= kMaxPeerRefusalReports) {
+  Member& member = members_[rank];
+  if (member.refusals_reported >= kMaxPeerRefusalReports) {
     return absl::OkStatus();
   }
-  ++member->refusals_reported;
-  const int code = refusal.code() > 0 && refusal.code() <= 16
-                       ? refusal.code()
-                       : static_cast<int>(absl::StatusCode::kUnknown);
+  ++member.refusals_reported;
+  PeerLinkDenialLocked(
+      rank,
+      ReportedStatus(
+          refusal.code(), refusal.message(),
+          absl::StrCat("rank ", rank, "'s peer listener refused a link: ")),
+      callbacks);
+  return absl::OkStatus();
+}
+
+int GroupState::FormedRankLocked(const SessionStream* session) const {
+  if (!formed_) return -1;
+  for (size_t r = 0; r < members_.size(); ++r) {
+    if (members_[r].session_key == session) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+void GroupState::PeerLinkDenialLocked(int rank, const absl::Status& status,
+                                      PendingCallbacks* callbacks) const {
   ServerEvent denied;
   denied.kind = EventKind::kAccessDenied;
   denied.action = "peer_link";
   denied.group = name_;
   denied.epoch = epoch_;
-  denied.rank = static_cast<int>(member - members_.begin());
-  denied.identity = member->identity;
-  denied.peer = member->peer;
-  denied.status = absl::Status(
-      static_cast<absl::StatusCode>(code),
-      absl::StrCat("rank ", denied.rank, "'s peer listener refused a link: ",
-                   TruncateText(refusal.message(), kMaxLinkReportBytes)));
+  denied.rank = rank;
+  denied.identity = members_[rank].identity;
+  denied.peer = members_[rank].peer;
+  denied.status = status;
   DeferEvent(limits_.events, std::move(denied), callbacks);
-  return absl::OkStatus();
 }
 
 void GroupState::SettleDataPlaneLocked(const std::string& why_not,

@@ -279,6 +279,15 @@ class GroupState {
   void SettleDataPlaneLocked(const std::string& why_not,
                              PendingCallbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FormedRankLocked is the rank of `session`'s member in the formed
+  // epoch, or -1.
+  int FormedRankLocked(const SessionStream* session) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PeerLinkDenialLocked audits what rank `rank` reported of a peer link
+  // as a denial (kAccessDenied, action "peer_link").
+  void PeerLinkDenialLocked(int rank, const absl::Status& status,
+                            PendingCallbacks* callbacks) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // DataPlaneEventLocked reports the epoch's plane and why (kDataPlaneChosen;
   // `seq`: the round whose failure made it fall back).
   void DataPlaneEventLocked(std::optional<uint64_t> seq,

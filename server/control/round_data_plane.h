@@ -4,10 +4,11 @@
 // round's ranks must agree on and who contributed what (RoundAgreement,
 // ContributionLedger) is the same for every data plane; what a rank's
 // stream carries is the data plane's. The star relay's Round
-// (server/relay/round.h) is the first implementation: every chunk goes
-// through the server and fans out to the other ranks. A direct
-// peer-to-peer data plane will implement it with the headers and the commit
-// only, its chunks going between the ranks.
+// (server/relay/round.h) implements it: every chunk goes through the
+// server and fans out to the other ranks. The direct plane is, for now, a
+// mode of that Round (RoundOptions::direct): its streams carry the headers,
+// the ends (claims), the claims, the deliveries and the commit, and no
+// chunk (docs/decisions.md says why it is not a class of its own yet).
 //
 // The contract:
 //   - Who calls: a rank's stream endpoint (CollectiveReactor,

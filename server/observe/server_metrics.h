@@ -10,10 +10,10 @@
 //     (server/events/server_counters.h): bytes in and out, the time to a
 //     round's first chunk, streams open, connections refused.
 // Gauges that describe the present (members by connection state, the data
-// plane of each formed epoch, rounds in flight, buffered bytes against the limit, audit records written and
-// dropped, whether the audit log can be written, its write failures, TCP
-// connections open) are computed from a GroupRegistry, an AuditLog and
-// OpenConnections at scrape time.
+// plane of each formed epoch, rounds in flight, buffered bytes against the
+// limit, audit records written and dropped, whether the audit log can be
+// written, its write failures, TCP connections open) are computed from a
+// GroupRegistry, an AuditLog and OpenConnections at scrape time.
 //
 // Labels stay bounded: groups come from the policy (events about a group a
 // caller only named, such as a refused join, are not labelled with it), and

@@ -12,11 +12,10 @@
 // but not all contributors have folded (plus at most one result chunk being
 // filled per tensor), never to the world size times the contribution.
 //
-// Accumulation: F32, F16 and BF16 in fp32; F64 in fp64; integers exactly in
-// 64 bits (a sum then wraps to the tensor's type, as the same sum in that
-// type would). MEAN and WEIGHTED_MEAN take floating tensors only; BOOL
-// cannot be reduced. Floating results depend on the order in which ranks'
-// elements arrive only through fp32 (fp64) rounding.
+// Accumulation: as common/element_reduction.h says. MEAN and WEIGHTED_MEAN
+// take floating tensors only; BOOL cannot be reduced. Floating results depend
+// on the order in which ranks' elements arrive only through fp32 (fp64)
+// rounding.
 //
 // Not thread-safe: the round calls it under its lock.
 #ifndef FEDGATHER_SERVER_RELAY_REDUCER_H_

@@ -69,7 +69,7 @@ struct Member {
   // Gather runs one all_gather of `sizes` from `mine` into `out`.
   void Gather(const std::vector<size_t>& sizes, const char* mine, char* out,
               size_t chunk) {
-    RingAllGatherOptions options;
+    RingOptions options;
     options.op = ++op;
     options.chunk_bytes = chunk;
     options.stall_timeout = absl::Seconds(60);

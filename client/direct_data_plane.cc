@@ -11,12 +11,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/peer/ring_all_gather.h"
+#include "client/peer/ring_all_reduce.h"
 #include "client/relay_data_plane.h"
 #include "common/bounded_text.h"
 #include "common/content_hasher.h"
+#include "common/dtype.h"
 #include "common/fingerprint.h"
 #include "common/frame_codec.h"
 #include "common/grpc_status.h"
+#include "common/status_macros.h"
 
 namespace fedgather {
 namespace {
@@ -45,13 +48,19 @@ class DirectStream : public FrameStream, public FrameHandler {
         world_(static_cast<int>(ring->identities.size())),
         mine_(scratch->mine),
         out_(scratch->parts),
-        fingerprints_(world_) {
+        fingerprints_(world_),
+        weights_(world_, 1.0),
+        header_seen_(world_, false) {
     grpc::ByteBuffer copy = header;
     v1::CollectiveFrame frame;
     absl::StatusOr<v1::CollectiveFrame::KindCase> kind =
         DecodeFrame(copy, &frame, nullptr);
     if (kind.ok() && *kind == v1::CollectiveFrame::kHeader) {
       seq_ = frame.header().seq();
+      op_ = frame.header().op();
+      root_ = static_cast<int>(frame.header().root());
+      reduce_ = frame.header().reduce();
+      weights_[rank_] = frame.header().weight();
       absl::StatusOr<DigestAlgorithm> digest = DigestAlgorithmFromProto(
           frame.header().digest_algorithm(), "the header");
       absl::StatusOr<Fingerprint> own =
@@ -166,18 +175,28 @@ class DirectStream : public FrameStream, public FrameHandler {
       return Protocol(
           "the server sent a frame other than the commit after the claims");
     }
-    if (!handler_->OnFrame(frame)) return false;
-    if (kind.ok() && *kind == v1::CollectiveFrame::kHeader) {
-      // The handler accepted it: its rank is valid, new and not this one.
-      const int r = static_cast<int>(message.header().rank());
-      absl::StatusOr<Fingerprint> fingerprint =
-          FingerprintFromProto(message.header().tensors(), "a header");
-      if (!fingerprint.ok()) return Protocol(fingerprint.status().message());
-      absl::MutexLock lock(&mu_);
-      fingerprints_[r] = *std::move(fingerprint);
-      ++headers_;
-      MaybeStartRingLocked();
+    if (!(kind.ok() && *kind == v1::CollectiveFrame::kHeader)) {
+      return handler_->OnFrame(frame);
     }
+    // Every other rank's header comes (the server forwards them all in a
+    // direct round); the handler takes those the relay would have sent.
+    const v1::CollectiveHeader& header = message.header();
+    const int r = static_cast<int>(header.rank());
+    if (header.rank() >= static_cast<uint32_t>(world_) || r == rank_ ||
+        header_seen_[r]) {
+      return Protocol(
+          absl::StrCat("an unexpected header for rank ", header.rank()));
+    }
+    header_seen_[r] = true;
+    if (HandlerTakesHeader(r) && !handler_->OnFrame(frame)) return false;
+    absl::StatusOr<Fingerprint> fingerprint =
+        FingerprintFromProto(header.tensors(), "a header");
+    if (!fingerprint.ok()) return Protocol(fingerprint.status().message());
+    absl::MutexLock lock(&mu_);
+    fingerprints_[r] = *std::move(fingerprint);
+    weights_[r] = header.weight();
+    ++headers_;
+    MaybeStartRingLocked();
     return true;
   }
 
@@ -208,6 +227,25 @@ class DirectStream : public FrameStream, public FrameHandler {
    private:
     DirectStream* stream_;
   };
+
+  // HandlerTakesHeader: whether the relay would have sent rank r's header
+  // to this rank (docs/protocol.md, "Ops").
+  bool HandlerTakesHeader(int r) const {
+    switch (op_) {
+      case v1::BROADCAST:
+        return r == root_;
+      case v1::ALL_REDUCE:
+        return false;
+      default:
+        return true;
+    }
+  }
+
+  // Carries: whether rank r's part goes round the ring (a broadcast's
+  // non-roots have none; an all_reduce's parts are reduced instead).
+  bool Carries(int r) const {
+    return op_ == v1::BROADCAST ? r == root_ : op_ != v1::ALL_REDUCE;
+  }
 
   // Protocol: the server sent what a direct round never holds; the call
   // fails (the handler hears it as a broken stream) and the ring stops.
@@ -251,25 +289,33 @@ class DirectStream : public FrameStream, public FrameHandler {
       for (const TensorSpec& spec : fingerprints_[r]) {
         sizes_[r] += static_cast<size_t>(ByteSize(spec).value_or(0));
       }
+      if (op_ == v1::ALL_REDUCE) continue;  // out_ holds the result
+      if (!Carries(r)) sizes_[r] = 0;
       offsets_[r] = total;
       total += sizes_[r];
     }
-    out_.resize(total);
+    out_.resize(op_ == v1::ALL_REDUCE ? sizes_[rank_] : total);
     ring_thread_ = std::thread([this] { RunRing(); });
   }
 
   void RunRing() {
-    RingAllGatherOptions ring_options;
+    RingOptions ring_options;
     ring_options.op = seq_;
     ring_options.chunk_bytes = options_.ring_chunk_bytes;
     ring_options.stall_timeout = options_.stall_timeout;
     ring_options.forward_hook = options_.forward_hook;
-    absl::Status status =
-        mine_.size() == sizes_[rank_]
-            ? RingAllGather(rank_, sizes_, mine_.data(), out_.data(),
-                            ring_->to_next.get(), ring_->from_prev.get(),
-                            ring_options)
-            : absl::InternalError("this rank's part is incomplete");
+    absl::Status status;
+    if (mine_.size() != sizes_[rank_]) {
+      status = absl::InternalError("this rank's part is incomplete");
+    } else if (op_ == v1::ALL_REDUCE) {
+      status = RingAllReduce(rank_, fingerprints_[rank_], reduce_, weights_,
+                             mine_.data(), out_.data(), ring_->to_next.get(),
+                             ring_->from_prev.get(), ring_options);
+    } else {
+      status = RingAllGather(rank_, sizes_, mine_.data(), out_.data(),
+                             ring_->to_next.get(), ring_->from_prev.get(),
+                             ring_options);
+    }
     bool release = false;
     std::optional<v1::Commit> verdict_claims;
     {
@@ -332,6 +378,10 @@ class DirectStream : public FrameStream, public FrameHandler {
     delivery->set_code(static_cast<int32_t>(verdict.code()));
     delivery->set_message(
         TruncateText(verdict.message(), kDeliveryMessageBytes));
+    if (verdict.ok() && op_ == v1::ALL_REDUCE) {
+      delivery->set_result_digest(
+          DigestBytes(HashContent(digest_, out_.data(), out_.size())));
+    }
     WriteToServer(EncodeFrame(frame), /*delivery=*/true);
   }
 
@@ -340,7 +390,7 @@ class DirectStream : public FrameStream, public FrameHandler {
   absl::Status CheckParts(const v1::Commit& claims) const {
     for (const v1::RankDigest& claim : claims.contributions()) {
       const int r = static_cast<int>(claim.rank());
-      if (r == rank_ || r >= world_) continue;
+      if (r == rank_ || r >= world_ || !Carries(r)) continue;
       Digest claimed;
       if (!DigestFromBytes(claim.digest(), &claimed)) {
         return absl::DataLossError(
@@ -358,29 +408,44 @@ class DirectStream : public FrameStream, public FrameHandler {
     return absl::OkStatus();
   }
 
-  // HandOver gives the handler every other rank's part as the relay's
-  // chunk frames would.
+  // HandOver gives the handler every other rank's part, or an
+  // all_reduce's result, as the relay's chunk frames would.
   absl::Status HandOver() {
+    if (op_ == v1::ALL_REDUCE) {
+      return HandOverPart(world_, fingerprints_[rank_], out_.data());
+    }
     for (int r = 0; r < world_; ++r) {
-      if (r == rank_) continue;
-      const char* part = out_.data() + offsets_[r];
-      for (size_t i = 0; i < fingerprints_[r].size(); ++i) {
-        const int64_t bytes = ByteSize(fingerprints_[r][i]).value_or(0);
-        for (int64_t offset = 0; offset < bytes;) {
-          ChunkMeta meta;
-          meta.rank = static_cast<uint32_t>(r);
-          meta.tensor_index = static_cast<uint32_t>(i);
-          meta.offset = static_cast<uint64_t>(offset);
-          meta.size = static_cast<uint64_t>(
-              std::min(bytes - offset, options_.max_chunk_bytes));
-          grpc::ByteBuffer chunk = EncodeChunkFrame(meta, part);
-          if (!handler_->OnFrame(chunk)) {
-            return absl::CancelledError(
-                absl::StrCat("rank ", rank_, " gave up the collective"));
-          }
-          part += meta.size;
-          offset += static_cast<int64_t>(meta.size);
+      if (r == rank_ || !Carries(r)) continue;
+      FG_RETURN_IF_ERROR(
+          HandOverPart(r, fingerprints_[r], out_.data() + offsets_[r]));
+    }
+    return absl::OkStatus();
+  }
+
+  // HandOverPart hands over the tensors of `fingerprint` at `part` as
+  // rank `r`'s chunks (the result's for r = world), each ending on an
+  // element boundary.
+  absl::Status HandOverPart(int r, const Fingerprint& fingerprint,
+                            const char* part) {
+    for (size_t i = 0; i < fingerprint.size(); ++i) {
+      const int64_t bytes = ByteSize(fingerprint[i]).value_or(0);
+      const int64_t element =
+          static_cast<int64_t>(DTypeSize(fingerprint[i].dtype));
+      const int64_t most =
+          std::max(element, options_.max_chunk_bytes / element * element);
+      for (int64_t offset = 0; offset < bytes;) {
+        ChunkMeta meta;
+        meta.rank = static_cast<uint32_t>(r);
+        meta.tensor_index = static_cast<uint32_t>(i);
+        meta.offset = static_cast<uint64_t>(offset);
+        meta.size = static_cast<uint64_t>(std::min(bytes - offset, most));
+        grpc::ByteBuffer chunk = EncodeChunkFrame(meta, part);
+        if (!handler_->OnFrame(chunk)) {
+          return absl::CancelledError(
+              absl::StrCat("rank ", rank_, " gave up the collective"));
         }
+        part += meta.size;
+        offset += static_cast<int64_t>(meta.size);
       }
     }
     return absl::OkStatus();
@@ -391,7 +456,11 @@ class DirectStream : public FrameStream, public FrameHandler {
   const DirectPlaneOptions options_;
   const int rank_;
   const int world_;
+  // This rank's header: the op and what the op's kind needs.
   uint64_t seq_ = 0;
+  v1::Op op_ = v1::ALL_GATHER;
+  int root_ = 0;                                  // BROADCAST
+  v1::ReduceOp reduce_ = v1::REDUCE_UNSPECIFIED;  // ALL_REDUCE
   DigestAlgorithm digest_ = DigestAlgorithm::kBlake3;
   std::unique_ptr<HeldFrameStream> server_;
 
@@ -406,9 +475,12 @@ class DirectStream : public FrameStream, public FrameHandler {
   std::vector<char>& out_;  // the plane's scratch, every part
   std::thread ring_thread_;
 
-  // Every rank's fingerprint: written under mu_ before the ring starts,
-  // only read after.
+  // Every rank's fingerprint and WEIGHTED_MEAN weight: written under mu_
+  // before the ring starts, only read after.
   std::vector<Fingerprint> fingerprints_;
+  std::vector<double> weights_;
+  // Whose header arrived (the server's stream thread only).
+  std::vector<bool> header_seen_;
 
   absl::Mutex mu_;
   absl::Status local_error_

@@ -1,10 +1,11 @@
 // DirectDataPlane: the direct data plane (client/data_plane.h) of an epoch
-// the server formed direct (docs/protocol.md, "Data planes"), for the
-// all_gather family. The server still takes every rank's header, its end
-// (the digest it claims for its part) and its Delivery, and sends the
-// other ranks' headers, the claims and the commit; the parts themselves go
-// round the epoch's ring of peer links (PeerRing, RingAllGather), never
-// through the server.
+// the server formed direct (docs/protocol.md, "Data planes"), for every
+// op. The server still takes every rank's header, its end (the digest it
+// claims for its part) and its Delivery, and sends the other ranks'
+// headers, the claims and the commit; the bytes themselves go round the
+// epoch's ring of peer links (PeerRing), never through the server: the
+// all_gather family's parts and a broadcast's root's part by RingAllGather
+// (for a broadcast, a chain from the root), an all_reduce by RingAllReduce.
 //
 // Each FrameStream wraps one Collective stream to the server, opened with
 // a hold (RelayDataPlane::OpenHeld), and speaks the collective's frames to its
@@ -14,9 +15,12 @@
 //     arrived, the ring runs on a thread of the stream's own;
 //   - once the ring is done and the claims have arrived, every part
 //     received is hashed and checked against its rank's claim, then handed
-//     to the handler as chunk frames; the Delivery tells the server the
-//     outcome (OK, or what failed on which link), and the server's commit
-//     (or the round's failure) follows on every rank.
+//     to the handler as chunk frames (an all_reduce's result as the result
+//     chunks, its digest in the Delivery); the Delivery tells the server
+//     the outcome (OK, or what failed on which link), and the server's
+//     commit (or the round's failure) follows on every rank.
+//   - the handler gets the other ranks' headers the relay would send it
+//     (a broadcast's root's, none for an all_reduce).
 // A stream here is never resumed: its end is always final.
 //
 // Threads: as data_plane.h says. The ring thread calls the handler's
@@ -44,7 +48,7 @@ struct DirectPlaneOptions {
   size_t ring_chunk_bytes = size_t{1} << 20;
   // A link that moves nothing for this long fails the round.
   absl::Duration stall_timeout = absl::Seconds(5);
-  // Tests only: RingAllGatherOptions::forward_hook.
+  // Tests only: RingOptions::forward_hook.
   std::function<void(int part, char* data, size_t size)> forward_hook;
 };
 
@@ -73,8 +77,8 @@ class DirectDataPlane : public DataPlane {
     options_.forward_hook = std::move(hook);
   }
 
-  // Open: `header` must be this rank's CollectiveHeader of an op of the
-  // all_gather family, declaring the direct plane. One stream at a time:
+  // Open: `header` must be this rank's CollectiveHeader, declaring the
+  // direct plane. One stream at a time:
   // each uses the plane's DirectScratch.
   std::unique_ptr<FrameStream> Open(grpc::ByteBuffer header,
                                     FrameHandler* handler) override;

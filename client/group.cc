@@ -189,7 +189,7 @@ absl::Status Group::Run(CollectiveSetup setup,
   setup.clock = clock_;
   DataPlane* plane = &data_plane_;
   const v1::DataPlane epoch_plane = data_plane();
-  if (RoundPlane(epoch_plane, setup.op) == v1::DATA_PLANE_DIRECT) {
+  if (epoch_plane == v1::DATA_PLANE_DIRECT) {
     setup.data_plane = v1::DATA_PLANE_DIRECT;
     direct_plane_->set_forward_hook(options.direct_forward_hook);
     plane = direct_plane_.get();

@@ -88,7 +88,7 @@ struct CollectiveOptions {
   int64_t break_after_bytes_sent = -1;
   int64_t break_after_frames_received = -1;
   // Test hook, direct plane only: sees each ring chunk this rank forwards
-  // (RingAllGatherOptions::forward_hook) and may change it.
+  // (RingOptions::forward_hook) and may change it.
   std::function<void(int part, char* data, size_t size)> direct_forward_hook;
 };
 
@@ -121,7 +121,7 @@ class Group {
   // listener admitting this epoch's links (client/peer/peer_offer.h). Null
   // when it joined without JoinOptions::peer_listen.
   const PeerOffer* peer_offer() const { return peer_offer_.get(); }
-  // The plane the epoch's all_gather family runs on now (docs/protocol.md,
+  // The plane the epoch's collectives run on now (docs/protocol.md,
   // "Data planes"), and why: the server's choice when the epoch formed
   // (Joined.data_plane), until a round of the epoch fails, after which
   // this member and the server both fall back to the relay for good.
@@ -178,8 +178,10 @@ class Group {
   Work<> BroadcastAsync(absl::Span<const MutableHostTensor> tensors, int root,
                         const CollectiveOptions& options = {});
 
-  // AllReduce reduces every rank's `inputs` element-wise with `op` on the
-  // server, as the chunks arrive, and writes the result into `outputs`
+  // AllReduce reduces every rank's `inputs` element-wise with `op` (on the
+  // server as the chunks arrive on the relay; by a ring reduce-scatter and
+  // all_gather on the direct plane, in the order client/peer/
+  // ring_all_reduce.h documents) and writes the result into `outputs`
   // (outputs[i] has inputs[i]'s spec; it may be the same memory). `weight`
   // is this rank's example count for WEIGHTED_MEAN (FedAvg); it must be
   // positive. Floating tensors accumulate in fp32 (fp64 for F64), integers

@@ -14,11 +14,4 @@ const char* DataPlaneName(v1::DataPlane plane) {
   }
 }
 
-v1::DataPlane RoundPlane(v1::DataPlane epoch_plane, v1::Op op) {
-  const bool gathers = op == v1::ALL_GATHER || op == v1::ALL_GATHER_V ||
-                       op == v1::ALL_GATHER_BYTES;
-  return epoch_plane == v1::DATA_PLANE_DIRECT && gathers ? v1::DATA_PLANE_DIRECT
-                                                         : v1::DATA_PLANE_RELAY;
-}
-
 }  // namespace fedgather

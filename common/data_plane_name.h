@@ -1,5 +1,5 @@
-// The data planes' names and which ops run on the direct plane
-// (docs/protocol.md, "Data planes"), shared by the server and the client.
+// The data planes' names (docs/protocol.md, "Data planes"), shared by the
+// server and the client. Every op of an epoch runs on the epoch's plane.
 #ifndef FEDGATHER_COMMON_DATA_PLANE_NAME_H_
 #define FEDGATHER_COMMON_DATA_PLANE_NAME_H_
 
@@ -10,11 +10,6 @@ namespace fedgather {
 // DataPlaneName: "relay" (DATA_PLANE_UNSPECIFIED included), "direct", or
 // "unknown" for a value this build does not know.
 const char* DataPlaneName(v1::DataPlane plane);
-
-// RoundPlane is the plane a round of `op` runs on in an epoch whose plane
-// is `epoch_plane`: DIRECT for ALL_GATHER, ALL_GATHER_V and
-// ALL_GATHER_BYTES in a DIRECT epoch, RELAY otherwise.
-v1::DataPlane RoundPlane(v1::DataPlane epoch_plane, v1::Op op);
 
 }  // namespace fedgather
 

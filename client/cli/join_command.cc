@@ -286,11 +286,7 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   collective.progress = &progress;
   const absl::Time start = options.clock->Now();
   // The plane this op runs on (a failure makes the epoch fall back).
-  const v1::Op op_kind = options.op == "all_gather_bytes" ? v1::ALL_GATHER_BYTES
-                         : options.op == "broadcast"      ? v1::BROADCAST
-                         : options.op == "all_reduce"     ? v1::ALL_REDUCE
-                                                          : v1::ALL_GATHER;
-  const v1::DataPlane plane = RoundPlane(group->data_plane(), op_kind);
+  const v1::DataPlane plane = group->data_plane();
   const std::string plane_reason = group->data_plane_reason();
   absl::StatusOr<Result> result;
   {

@@ -5,10 +5,11 @@
 // of rank r+1, which has then gone round. Each byte crosses each link at
 // most once; every link carries (N−1)·S bytes for equal parts of S.
 //
-// On a link, one chunk is a 16-byte header (the op's number, 8 bytes; the
-// part's rank, 4 bytes; the chunk's length, 4 bytes; all big-endian), then
-// that many bytes. Parts go in the order above, each in chunks of
-// `chunk_bytes` (the last one shorter; none for an empty part).
+// Chunks are framed as client/peer/ring_chunks.h says, a chunk's part being
+// its rank's. Parts go in the order above, each in chunks of `chunk_bytes`
+// (the last one shorter; none for an empty part), so a broadcast is the
+// all_gather in which only the root's part is not empty: a pipelined chain
+// from the root.
 //
 // Both ends must agree on `op` and every part's size before the call; the
 // receiver checks each header against what is due and fails with
@@ -21,28 +22,13 @@
 #define FEDGATHER_CLIENT_PEER_RING_ALL_GATHER_H_
 
 #include <cstddef>
-#include <cstdint>
-#include <functional>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/peer/peer_link.h"
+#include "client/peer/ring_chunks.h"
 
 namespace fedgather {
-
-// The size of a ring chunk's header on a link.
-inline constexpr size_t kRingChunkHeaderBytes = 16;
-
-struct RingAllGatherOptions {
-  uint64_t op = 0;  // the op's number; every chunk header carries it
-  size_t chunk_bytes = size_t{1} << 20;
-  // A link that moves no chunk for this long fails the call.
-  absl::Duration stall_timeout = absl::Seconds(5);
-  // Tests only: sees each chunk this rank forwards, before it is sent (a
-  // copy of the bytes in `out`); may change it.
-  std::function<void(int part, char* data, size_t size)> forward_hook;
-};
 
 // RingAllGather: this member is `rank` of `part_sizes.size()`; `mine`
 // holds its part (part_sizes[rank] bytes; it may be `out`'s own place);
@@ -51,8 +37,7 @@ struct RingAllGatherOptions {
 // when N = 2, but two links); both unused when N = 1.
 absl::Status RingAllGather(int rank, absl::Span<const size_t> part_sizes,
                            const char* mine, char* out, PeerLink* to_next,
-                           PeerLink* from_prev,
-                           const RingAllGatherOptions& options);
+                           PeerLink* from_prev, const RingOptions& options);
 
 }  // namespace fedgather
 

@@ -111,8 +111,8 @@ class Group:
 
     @property
     def data_plane(self) -> str:
-        """"direct" when this epoch's all_gather family goes over peer links,
-        "relay" when it goes through the server (docs/protocol.md, "Data
+        """"direct" when this epoch's collectives go over peer links,
+        "relay" when they go through the server (docs/protocol.md, "Data
         planes"). It falls back to "relay" after a failed collective."""
         return self._session.data_plane
 

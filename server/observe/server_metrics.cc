@@ -58,11 +58,11 @@ class StateCollectable : public prometheus::Collectable {
       prometheus::MetricFamily rounds =
           Family("fedgather_rounds_in_flight", "rounds in flight",
                  prometheus::MetricType::Gauge);
-      prometheus::MetricFamily plane = Family(
-          "fedgather_data_plane",
-          "1 for the data plane a formed epoch's all_gather family runs on "
-          "(docs/protocol.md, \"Data planes\"), 0 for the other",
-          prometheus::MetricType::Gauge);
+      prometheus::MetricFamily plane =
+          Family("fedgather_data_plane",
+                 "1 for the data plane a formed epoch's collectives run on "
+                 "(docs/protocol.md, \"Data planes\"), 0 for the other",
+                 prometheus::MetricType::Gauge);
       prometheus::MetricFamily buffered = Family(
           "fedgather_buffered_bytes",
           "payload held for receivers that have not written it, summed over "

@@ -155,9 +155,6 @@ absl::Status Round::AttachLocked(AttachRequest request,
   const double weight = header.weight();
   agreement_.Accept(rank, std::move(request.header),
                     std::move(request.fingerprint));
-  direct_ =
-      options_.direct && RoundPlane(v1::DATA_PLANE_DIRECT, agreement_.op()) ==
-                             v1::DATA_PLANE_DIRECT;
   if (agreement_.op() == v1::ALL_REDUCE) weights_[rank] = weight;
   const bool sends = agreement_.op() != v1::BROADCAST ||
                      rank == static_cast<int>(agreement_.root());
@@ -170,9 +167,12 @@ absl::Status Round::AttachLocked(AttachRequest request,
   started.bytes = state.expected_bytes;
   DeferEvent(options_.events, std::move(started), callbacks);
   // The header goes to every other rank ahead of this rank's chunks, so an
-  // ALL_GATHER_V receiver learns the part's shape before its bytes. A
-  // broadcast's non-roots and an all_reduce's ranks need no one's header.
-  if (sends && agreement_.op() != v1::ALL_REDUCE) {
+  // ALL_GATHER_V receiver learns the part's shape before its bytes. On the
+  // relay a broadcast's non-roots and an all_reduce's ranks need no one's
+  // header; on the direct plane every rank needs every header before its
+  // ring starts (every rank is then in the round, and an all_reduce's
+  // weights are known).
+  if (options_.direct || (sends && agreement_.op() != v1::ALL_REDUCE)) {
     const int64_t header_bytes =
         static_cast<int64_t>(request.header_frame.Length());
     Append(rank, std::move(request.header_frame), header_bytes, callbacks);
@@ -470,8 +470,8 @@ void Round::EndContribution(int rank, const Digest& digest,
     return;
   }
   // A direct round's bytes never come here: the header declared them.
-  const int64_t bytes =
-      direct_ ? ranks_[rank].expected_bytes : ranks_[rank].received_bytes;
+  const int64_t bytes = options_.direct ? ranks_[rank].expected_bytes
+                                        : ranks_[rank].received_bytes;
   const bool last = ledger_.End(rank, digest, bytes);
   ServerEvent contributed = MakeEvent(EventKind::kContributionComplete, rank);
   contributed.bytes = bytes;
@@ -479,7 +479,7 @@ void Round::EndContribution(int rank, const Digest& digest,
   contributed.digest_hex = DigestToHex(digest);
   DeferEvent(options_.events, std::move(contributed), callbacks);
   if (!last) return;
-  if (direct_) {
+  if (options_.direct) {
     ClaimLocked(callbacks);
   } else {
     CompleteLocked(callbacks);
@@ -491,16 +491,39 @@ void Round::ClaimLocked(PendingCallbacks* callbacks) {
   WakeAll(callbacks);
 }
 
-absl::Status Round::ConfirmDelivery(int rank, PendingCallbacks* callbacks) {
+absl::Status Round::ConfirmDelivery(int rank, absl::string_view result_digest,
+                                    PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   if (!status_.ok()) return status_;
   RankState& state = ranks_[rank];
-  if (!direct_ || !state.claims_sent || state.delivered) {
+  if (!options_.direct || !state.claims_sent || state.delivered) {
     return absl::FailedPreconditionError(absl::StrCat(
         Describe(), ": ", RankName(rank), " sent a Delivery ",
-        !direct_          ? "in a round that is not direct"
+        !options_.direct  ? "in a round that is not direct"
         : state.delivered ? "twice"
                           : "before the server sent it the claims"));
+  }
+  if (agreement_.op() == v1::ALL_REDUCE) {
+    // Every rank must end with the same result: the commit names it.
+    Digest digest;
+    if (!DigestFromBytes(result_digest, &digest)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          Describe(), ": ", RankName(rank),
+          "'s Delivery of an ALL_REDUCE must name its result's digest "
+          "(Delivery.result_digest, 32 bytes)"));
+    }
+    if (result_reporter_ < 0) {
+      result_reporter_ = rank;
+      result_digest_ = digest;
+    } else if (digest != result_digest_) {
+      const absl::Status differs = absl::DataLossError(absl::StrCat(
+          Describe(), ": the ranks' results differ: ", RankName(rank),
+          "'s hashes to ", DigestToHex(digest), " but ",
+          RankName(result_reporter_), "'s to ", DigestToHex(result_digest_),
+          " (a rank changed a segment it reduced or forwarded)"));
+      FailLocked(differs, callbacks);
+      return differs;
+    }
   }
   state.delivered = true;
   if (++deliveries_ == ledger_.contributors()) CompleteLocked(callbacks);
@@ -509,8 +532,9 @@ absl::Status Round::ConfirmDelivery(int rank, PendingCallbacks* callbacks) {
 
 void Round::CompleteLocked(PendingCallbacks* callbacks) {
   complete_ = true;
-  if (agreement_.op() == v1::ALL_REDUCE)
+  if (agreement_.op() == v1::ALL_REDUCE && !options_.direct) {
     result_digest_ = result_hasher_.Finish();
+  }
   commit_frame_ = ContributionsFrameLocked(/*claims=*/false);
   ServerEvent committed = MakeEvent(EventKind::kRoundCompleted, -1);
   committed.digest_algorithm = DigestAlgorithmName(options_.digest);

@@ -74,11 +74,13 @@ struct RoundOptions {
   // ContributionEnd, and an ALL_REDUCE result's (the epoch's algorithm).
   DigestAlgorithm digest = DigestAlgorithm::kBlake3;
   // The epoch runs the direct data plane (docs/protocol.md, "Data
-  // planes"): a round of the all_gather family then takes no chunks. Each
-  // rank's end carries the digest it claims for its part; once every end
-  // is in, every stream is sent the claims (a Commit in the claims slot),
-  // and the round commits only when every rank's Delivery says the parts it
-  // received over its peer links match them (ConfirmDelivery).
+  // planes"): its rounds then take no chunks, and every rank's header goes
+  // to every other rank. Each rank's end carries the digest it claims for
+  // its part; once every end is in, every stream is sent the claims (a
+  // Commit in the claims slot), and the round commits only when every
+  // rank's Delivery says the parts it received over its peer links match
+  // them, and for an ALL_REDUCE that every rank holds the same result
+  // (ConfirmDelivery).
   bool direct = false;
   // The hard deadline: past it the round fails with DEADLINE_EXCEEDED.
   absl::Time deadline = absl::InfiniteFuture();
@@ -219,14 +221,19 @@ class Round : public RoundDataPlane {
                   PendingCallbacks* callbacks,
                   std::optional<ContentHasher> hasher = std::nullopt) override;
 
-  // Whether the epoch runs the direct plane (RoundOptions::direct); a
-  // round of the all_gather family then runs on it.
+  // Whether the epoch runs the direct plane (RoundOptions::direct); every
+  // round of it then runs there.
   bool direct_epoch() const { return options_.direct; }
   // ConfirmDelivery records that `rank` received every part over its peer
   // links and found each to hash to the claims; the last one commits the
   // round. FAILED_PRECONDITION, changing nothing, before the claims were
-  // sent or for a rank that already confirmed.
-  absl::Status ConfirmDelivery(int rank, PendingCallbacks* callbacks);
+  // sent or for a rank that already confirmed. For an ALL_REDUCE,
+  // `result_digest` is the digest of the result the rank holds: it must be
+  // a digest (INVALID_ARGUMENT, changing nothing) and every rank's the same
+  // (else the round fails with DATA_LOSS naming two ranks); the commit's
+  // result_digest is it.
+  absl::Status ConfirmDelivery(int rank, absl::string_view result_digest,
+                               PendingCallbacks* callbacks);
 
   // Fail fails the round with `status` on every rank; the first failure
   // sticks and later calls do nothing. No effect once the round completed.
@@ -477,11 +484,12 @@ class Round : public RoundDataPlane {
   std::optional<absl::Time> all_commits_sent_at_ ABSL_GUARDED_BY(mu_);
   bool complete_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ByteBuffer commit_frame_ ABSL_GUARDED_BY(mu_);
-  // Direct rounds: set with the first header; the claims, once every end
-  // is in, and how many ranks confirmed their delivery.
-  bool direct_ ABSL_GUARDED_BY(mu_) = false;
+  // Direct rounds: the claims, once every end is in; how many ranks
+  // confirmed their delivery; for ALL_REDUCE, the rank whose delivery
+  // first named the result's digest (in result_digest_).
   std::optional<grpc::ByteBuffer> claims_frame_ ABSL_GUARDED_BY(mu_);
   int deliveries_ ABSL_GUARDED_BY(mu_) = 0;
+  int result_reporter_ ABSL_GUARDED_BY(mu_) = -1;
   absl::Status status_ ABSL_GUARDED_BY(mu_);  // first failure
 };
 

@@ -36,13 +36,13 @@ absl::Status CheckDigestAlgorithm(const v1::CollectiveHeader& header,
       " (Joined.digest_algorithm)"));
 }
 
-// CheckDataPlane: a header must declare the plane its op runs on in its
-// epoch (Joined.data_plane), so that no rank sends chunks the server must
-// not get, or waits for chunks that go elsewhere.
+// CheckDataPlane: a header must declare its epoch's plane
+// (Joined.data_plane), so that no rank sends chunks the server must not
+// get, or waits for chunks that go elsewhere.
 absl::Status CheckDataPlane(const v1::CollectiveHeader& header,
                             bool direct_epoch, absl::string_view rank_name) {
-  const v1::DataPlane expected = RoundPlane(
-      direct_epoch ? v1::DATA_PLANE_DIRECT : v1::DATA_PLANE_RELAY, header.op());
+  const v1::DataPlane expected =
+      direct_epoch ? v1::DATA_PLANE_DIRECT : v1::DATA_PLANE_RELAY;
   const v1::DataPlane declared =
       header.data_plane() == v1::DATA_PLANE_UNSPECIFIED ? v1::DATA_PLANE_RELAY
                                                         : header.data_plane();
@@ -52,8 +52,8 @@ absl::Status CheckDataPlane(const v1::CollectiveHeader& header,
                    v1::DataPlane_IsValid(header.data_plane())
                        ? DataPlaneName(header.data_plane())
                        : absl::StrCat(header.data_plane(), " (unknown)"),
-                   " but its epoch runs ", OpName(header.op()), " on the ",
-                   DataPlaneName(expected), " plane (Joined.data_plane)"));
+                   " but its epoch runs on the ", DataPlaneName(expected),
+                   " plane (Joined.data_plane)"));
 }
 
 }  // namespace
@@ -271,6 +271,14 @@ absl::StatusOr<bool> CollectiveReactor::HandleFrame(
             return absl::InvalidArgumentError(
                 "ContributionEnd.digest must hold 32 bytes");
           }
+          // A contribution of no bytes (a broadcast's non-root) has one
+          // digest, which the server can check.
+          if (sequence_->total_bytes() == 0 &&
+              claimed != HashContent(hasher_->algorithm(), nullptr, 0)) {
+            return absl::DataLossError(absl::StrCat(
+                "the contribution holds no bytes, but its declared digest is ",
+                DigestToHex(claimed)));
+          }
           phase_ = Phase::kEnded;
           plane()->EndContribution(rank_, claimed, callbacks);
           return true;  // its Delivery comes next
@@ -314,7 +322,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleDelivery(
                      " but the stream is rank ", rank_));
   }
   if (delivery.code() == 0) {
-    FG_RETURN_IF_ERROR(round()->ConfirmDelivery(rank_, callbacks));
+    FG_RETURN_IF_ERROR(
+        round()->ConfirmDelivery(rank_, delivery.result_digest(), callbacks));
     return true;  // to see the client's half-close
   }
   if (delivery.code() < 1 || delivery.code() > 16) {
@@ -382,10 +391,7 @@ absl::StatusOr<bool> CollectiveReactor::HandleHeader(
     valid = CheckDataPlane(header, (*found)->direct_epoch(), rank_name);
   }
   if (!valid.ok()) return fail_round(valid);
-  const bool direct =
-      RoundPlane((*found)->direct_epoch() ? v1::DATA_PLANE_DIRECT
-                                          : v1::DATA_PLANE_RELAY,
-                 header.op()) == v1::DATA_PLANE_DIRECT;
+  const bool direct = (*found)->direct_epoch();
   if (direct && header.resume()) {
     // Its parts travelled over peer links the broken stream does not
     // describe; the round fails on every rank when the grace passes.

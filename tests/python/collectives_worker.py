@@ -45,7 +45,7 @@ def gather_input(rank: int, dtype: torch.dtype) -> torch.Tensor:
 def reduce_input(rank: int, dtype: torch.dtype) -> torch.Tensor:
     """Small integers: sums are exact in every dtype and every order, so any
     reduction order gives the same bits (the server reduces in arrival
-    order, gloo in its own)."""
+    order, the direct plane in its ring's, gloo in its own)."""
     g = torch.Generator().manual_seed(5000 + 1000 * rank + DTYPES.index(dtype))
     return torch.randint(-20, 21, SHAPE, generator=g, dtype=torch.int64).to(dtype)
 

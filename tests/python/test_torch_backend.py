@@ -44,7 +44,7 @@ class TorchBackendTest(unittest.TestCase):
 
     def run_ops(self, world_size, peer_listen=False):
         """peer_listen: every rank offers a peer endpoint on 127.0.0.1, so
-        the all_gather family runs on the direct plane."""
+        every op runs on the direct plane."""
         group = f"ops{world_size}"
         sites = [f"site-{i + 1}" for i in range(world_size)]
         work = tempfile.mkdtemp(prefix="fedgather-ops.")

@@ -37,8 +37,8 @@ struct Outcome {
 // RunRanks runs one all_gather of `sizes` (parts of Part(r, size, seed)) on
 // every rank but `absent`, rank r with options[r].
 Outcome RunRanks(TestRing& ring, const std::vector<size_t>& sizes,
-                 const std::vector<RingAllGatherOptions>& options,
-                 uint32_t seed, int absent = -1) {
+                 const std::vector<RingOptions>& options, uint32_t seed,
+                 int absent = -1) {
   const int world = static_cast<int>(sizes.size());
   size_t total = 0;
   for (size_t s : sizes) total += s;
@@ -61,9 +61,8 @@ Outcome RunRanks(TestRing& ring, const std::vector<size_t>& sizes,
 
 // Gather runs it on every rank with the same options.
 Outcome Gather(TestRing& ring, const std::vector<size_t>& sizes,
-               const RingAllGatherOptions& options, uint32_t seed) {
-  return RunRanks(ring, sizes,
-                  std::vector<RingAllGatherOptions>(sizes.size(), options),
+               const RingOptions& options, uint32_t seed) {
+  return RunRanks(ring, sizes, std::vector<RingOptions>(sizes.size(), options),
                   seed);
 }
 
@@ -80,7 +79,7 @@ TEST(RingAllGather, EveryRankGetsEveryPartByteForByte) {
   for (int world : {1, 2, 3, 4, 8}) {
     SCOPED_TRACE(absl::StrCat("N = ", world));
     TestRing ring = MakeRing(pki, world);
-    RingAllGatherOptions options;
+    RingOptions options;
     options.chunk_bytes = 4096;  // many chunks per part
     // Several ops on the same links: equal, uneven with empty parts, tiny.
     const std::vector<std::vector<size_t>> cases = {
@@ -139,7 +138,7 @@ TEST(RingAllGather, AForwardedChangeReachesOnlyTheRanksDownstream) {
   PeerTestPki pki;
   TestRing ring = MakeRing(pki, 4);
   const std::vector<size_t> sizes(4, 10000);
-  std::vector<RingAllGatherOptions> options(4);
+  std::vector<RingOptions> options(4);
   options[1].forward_hook = [](int part, char* data, size_t size) {
     if (part == 0) data[0] ^= 1;
   };
@@ -160,12 +159,12 @@ TEST(RingAllGather, AForwardedChangeReachesOnlyTheRanksDownstream) {
 TEST(RingAllGather, AMemberThatStopsFailsEveryOtherRankWithinTheStallTimeout) {
   PeerTestPki pki;
   TestRing ring = MakeRing(pki, 4);
-  RingAllGatherOptions options;
+  RingOptions options;
   options.stall_timeout = absl::Milliseconds(500);
   const absl::Time start = absl::Now();
   // Rank 2 never takes part.
   Outcome outcome = RunRanks(ring, std::vector<size_t>(4, 1 << 20),
-                             std::vector<RingAllGatherOptions>(4, options), 1,
+                             std::vector<RingOptions>(4, options), 1,
                              /*absent=*/2);
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   for (int r : {0, 1, 3}) {
@@ -180,7 +179,7 @@ TEST(RingAllGather, AClosedLinkFailsTheRanksAtOnce) {
   PeerTestPki pki;
   TestRing ring = MakeRing(pki, 3);
   ring.to_next[0]->Abort();  // rank 0's link to rank 1 breaks
-  RingAllGatherOptions options;
+  RingOptions options;
   options.stall_timeout = absl::Seconds(20);
   const absl::Time start = absl::Now();
   Outcome outcome = Gather(ring, std::vector<size_t>(3, 100000), options, 2);
@@ -195,7 +194,7 @@ TEST(RingAllGather, AClosedLinkFailsTheRanksAtOnce) {
 TEST(RingAllGather, AChunkOfAnotherOpIsDataLoss) {
   PeerTestPki pki;
   TestRing ring = MakeRing(pki, 2);
-  std::vector<RingAllGatherOptions> options(2);
+  std::vector<RingOptions> options(2);
   options[0].op = 1;
   options[1].op = 2;
   Outcome outcome = RunRanks(ring, std::vector<size_t>(2, 10), options, 4);

@@ -143,7 +143,7 @@ TEST_F(RoundTest, ADirectRoundCommitsOnlyOnceEveryRankConfirmedItsParts) {
   for (int r = 0; r < 3; ++r) ASSERT_TRUE(Attach(round, r).ok());
   PendingCallbacks callbacks;
   // No delivery before the claims.
-  const absl::Status early = round.ConfirmDelivery(0, &callbacks);
+  const absl::Status early = round.ConfirmDelivery(0, "", &callbacks);
   EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(early.message()), HasSubstr("before the server"));
   for (int r = 0; r < 3; ++r) End(round, r);
@@ -152,13 +152,13 @@ TEST_F(RoundTest, ADirectRoundCommitsOnlyOnceEveryRankConfirmedItsParts) {
     EXPECT_EQ(received_[r].log.back(), "claims") << "rank " << r;
     EXPECT_FALSE(received_[r].committed);
   }
-  ASSERT_TRUE(round.ConfirmDelivery(0, &callbacks).ok());
-  EXPECT_EQ(round.ConfirmDelivery(0, &callbacks).code(),
+  ASSERT_TRUE(round.ConfirmDelivery(0, "", &callbacks).ok());
+  EXPECT_EQ(round.ConfirmDelivery(0, "", &callbacks).code(),
             absl::StatusCode::kFailedPrecondition);  // twice
-  ASSERT_TRUE(round.ConfirmDelivery(1, &callbacks).ok());
+  ASSERT_TRUE(round.ConfirmDelivery(1, "", &callbacks).ok());
   PumpAll(round);
   EXPECT_FALSE(received_[0].committed);  // rank 2 has not confirmed
-  ASSERT_TRUE(round.ConfirmDelivery(2, &callbacks).ok());
+  ASSERT_TRUE(round.ConfirmDelivery(2, "", &callbacks).ok());
   callbacks.Run();
   PumpAll(round);
   for (int r = 0; r < 3; ++r) {
@@ -169,11 +169,66 @@ TEST_F(RoundTest, ADirectRoundCommitsOnlyOnceEveryRankConfirmedItsParts) {
   EXPECT_TRUE(finished_[0].second.ok());
 }
 
+TEST_F(RoundTest, ADirectAllReduceCommitsTheResultEveryRankHolds) {
+  RoundOptions options = MakeOptions(3);
+  options.direct = true;
+  Round round(std::move(options));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(AttachReduce(round, r, v1::SUM).ok());
+  }
+  PumpAll(round);
+  // On the direct plane every rank gets every other rank's header.
+  EXPECT_THAT(received_[1].log, ElementsAre("header 0", "header 2"));
+  for (int r = 0; r < 3; ++r) EndWith(round, r, {1.0f * r, 2.0f});
+  PumpAll(round);
+  PendingCallbacks callbacks;
+  const Digest result = HashContent(digest_, "result", 6);
+  const std::string result_bytes(result.begin(), result.end());
+  // A confirmation that names no result digest changes nothing.
+  const absl::Status bare = round.ConfirmDelivery(0, "", &callbacks);
+  EXPECT_EQ(bare.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bare.message()), HasSubstr("result_digest"));
+  ASSERT_TRUE(round.ConfirmDelivery(0, result_bytes, &callbacks).ok());
+  ASSERT_TRUE(round.ConfirmDelivery(1, result_bytes, &callbacks).ok());
+  ASSERT_TRUE(round.ConfirmDelivery(2, result_bytes, &callbacks).ok());
+  callbacks.Run();
+  PumpAll(round);
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(received_[r].committed) << "rank " << r;
+    EXPECT_EQ(received_[r].commit.result_digest(), result_bytes);
+  }
+}
+
+TEST_F(RoundTest, ADirectAllReduceWhoseRanksHoldDifferentResultsFails) {
+  RoundOptions options = MakeOptions(3);
+  options.direct = true;
+  Round round(std::move(options));
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(AttachReduce(round, r, v1::SUM).ok());
+  }
+  for (int r = 0; r < 3; ++r) EndWith(round, r, {1.0f, 2.0f});
+  PumpAll(round);
+  PendingCallbacks callbacks;
+  const Digest one = HashContent(digest_, "one", 3);
+  const Digest other = HashContent(digest_, "other", 5);
+  ASSERT_TRUE(
+      round.ConfirmDelivery(0, std::string(one.begin(), one.end()), &callbacks)
+          .ok());
+  const absl::Status differs = round.ConfirmDelivery(
+      2, std::string(other.begin(), other.end()), &callbacks);
+  callbacks.Run();
+  EXPECT_EQ(differs.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(differs.message()),
+              HasSubstr(absl::StrCat("the ranks' results differ: rank 2")));
+  EXPECT_THAT(std::string(differs.message()), HasSubstr(DigestToHex(one)));
+  ExpectAllFinishedWith(round, differs);
+}
+
 TEST_F(RoundTest, AConfirmationInARelayRoundIsRefused) {
   std::unique_ptr<Round> round = MakeRound(2);
   for (int r = 0; r < 2; ++r) ASSERT_TRUE(Attach(*round, r).ok());
   PendingCallbacks callbacks;
-  const absl::Status refused = round->ConfirmDelivery(0, &callbacks);
+  const absl::Status refused = round->ConfirmDelivery(0, "", &callbacks);
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.message()), HasSubstr("not direct"));
 }

@@ -45,7 +45,8 @@ FAMILIES = {"w2": (2, SITES[:2], []), "w3": (3, SITES[:3], []),
                        ["    min_quorum: 2", "    round_deadline: 2s"]),
             "limited": (2, [SITES[0], LIMITED], []),
             "solo": (2, [SITES[0], SOLO], []),
-            "sha256": (2, SITES[:2], ["    digest: sha256"])}
+            "sha256": (2, SITES[:2], ["    digest: sha256"]),
+            "direct": (3, SITES[:3], ["    data_plane: direct"])}
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 # The server's flags besides its address, certificates and policy. The
@@ -233,15 +234,20 @@ class Server:
 class Members:
     """World_size members of `group` (site-1.. in order), each with its own
     channel and joined Session; ranks are requested so rank r is SITES[r].
+    With peer_endpoints each offers 127.0.0.1:7001+r (docs/protocol.md,
+    "Data planes"); nothing listens there.
     close() makes every member leave and closes everything."""
 
-    def __init__(self, server: Server, group: str, world_size: int):
+    def __init__(self, server: Server, group: str, world_size: int,
+                 peer_endpoints: bool = False):
         self.group = group
         self.world_size = world_size
         self.channels = [server.channel(site) for site in SITES[:world_size]]
         self.sessions = [
             wire.Session(channel, pb.JoinRequest(
-                group=group, world_size=world_size, requested_rank=rank))
+                group=group, world_size=world_size, requested_rank=rank,
+                peer_endpoint=(f"127.0.0.1:{7001 + rank}" if peer_endpoints
+                               else "")))
             for rank, channel in enumerate(self.channels)]
         self.joined = [session.wait_joined() for session in self.sessions]
         self.epoch = self.joined[0].epoch

@@ -48,6 +48,7 @@ class DirectStream : public FrameStream, public FrameHandler {
         world_(static_cast<int>(ring->identities.size())),
         mine_(scratch->mine),
         out_(scratch->parts),
+        accumulators_(scratch->accumulators),
         fingerprints_(world_),
         weights_(world_, 1.0),
         header_seen_(world_, false) {
@@ -308,9 +309,10 @@ class DirectStream : public FrameStream, public FrameHandler {
     if (mine_.size() != sizes_[rank_]) {
       status = absl::InternalError("this rank's part is incomplete");
     } else if (op_ == v1::ALL_REDUCE) {
-      status = RingAllReduce(rank_, fingerprints_[rank_], reduce_, weights_,
-                             mine_.data(), out_.data(), ring_->to_next.get(),
-                             ring_->from_prev.get(), ring_options);
+      status =
+          RingAllReduce(rank_, fingerprints_[rank_], reduce_, weights_,
+                        mine_.data(), out_.data(), ring_->to_next.get(),
+                        ring_->from_prev.get(), ring_options, &accumulators_);
     } else {
       status = RingAllGather(rank_, sizes_, mine_.data(), out_.data(),
                              ring_->to_next.get(), ring_->from_prev.get(),
@@ -472,7 +474,8 @@ class DirectStream : public FrameStream, public FrameHandler {
   // Fixed when the ring starts; the ring thread and the verdict read them.
   std::vector<size_t> sizes_;
   std::vector<size_t> offsets_;
-  std::vector<char>& out_;  // the plane's scratch, every part
+  std::vector<char>& out_;           // the plane's scratch, every part
+  std::vector<char>& accumulators_;  // the plane's scratch
   std::thread ring_thread_;
 
   // Every rank's fingerprint and WEIGHTED_MEAN weight: written under mu_

@@ -60,7 +60,8 @@ struct DirectPlaneOptions {
 // N·S bytes besides the caller's output between collectives.
 struct DirectScratch {
   std::string mine;
-  std::vector<char> parts;
+  std::vector<char> parts;         // or an all_reduce's result
+  std::vector<char> accumulators;  // an all_reduce's reduce-scatter
 };
 
 class DirectDataPlane : public DataPlane {

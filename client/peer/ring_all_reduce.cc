@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -43,6 +42,9 @@ class SegmentLayout {
     size_t element_offset = 0;
     size_t accumulator_offset = 0;
     for (size_t t = 0; t < tensors.size(); ++t) {
+      // Each tensor's accumulators start 8-byte aligned (they are read as
+      // floats, doubles and 64-bit integers).
+      accumulator_offset = (accumulator_offset + 7) / 8 * 8;
       const int64_t elements = NumElements(tensors[t].shape).value_or(0);
       const size_t element_size = DTypeSize(tensors[t].dtype);
       const size_t accumulator_size = AccumulatorBytes(tensors[t].dtype);
@@ -100,7 +102,8 @@ absl::Status RingAllReduce(int rank, const Fingerprint& tensors,
                            v1::ReduceOp reduce,
                            absl::Span<const double> weights, const char* mine,
                            char* out, PeerLink* to_next, PeerLink* from_prev,
-                           const RingOptions& options) {
+                           const RingOptions& options,
+                           std::vector<char>* accumulators) {
   const int world = static_cast<int>(weights.size());
   if (rank < 0 || rank >= world || options.chunk_bytes == 0 ||
       options.chunk_bytes > (size_t{1} << 31)) {
@@ -111,18 +114,21 @@ absl::Status RingAllReduce(int rank, const Fingerprint& tensors,
   const SegmentLayout layout(tensors, world, options.chunk_bytes);
   const double total_weight =
       std::accumulate(weights.begin(), weights.end(), 0.0);
-  std::unique_ptr<uint8_t[]> accumulators(
-      new uint8_t[std::max<size_t>(1, layout.accumulator_bytes())]);
+  if (accumulators->size() < layout.accumulator_bytes()) {
+    accumulators->resize(layout.accumulator_bytes());
+  }
+  char* base = accumulators->data();
+  auto* folded = reinterpret_cast<uint8_t*>(base);
   const auto* own = reinterpret_cast<const uint8_t*>(mine);
   auto fold = [&](const Run& run, bool first) {
     FoldIntoAccumulators(reduce, tensors[run.tensor].dtype, first,
                          weights[rank], own + run.element_offset, run.count,
-                         accumulators.get() + run.accumulator_offset);
+                         folded + run.accumulator_offset);
   };
   auto finish = [&](const Run& run) {
     ConvertAccumulators(reduce, tensors[run.tensor].dtype,
-                        accumulators.get() + run.accumulator_offset, run.count,
-                        world, total_weight,
+                        folded + run.accumulator_offset, run.count, world,
+                        total_weight,
                         reinterpret_cast<uint8_t*>(out) + run.element_offset);
   };
   auto run_bytes = [&](const Run& run) {
@@ -147,7 +153,6 @@ absl::Status RingAllReduce(int rank, const Fingerprint& tensors,
     for (const Run& run : layout.runs(segment_at(k)))
       to_forward += run_bytes(run);
   }
-  char* base = reinterpret_cast<char*>(accumulators.get());
   RingExchange exchange(to_next, from_prev);
   std::thread sender([&] {
     const int first_segment = (rank - 1 + world) % world;

@@ -28,6 +28,8 @@
 #ifndef FEDGATHER_CLIENT_PEER_RING_ALL_REDUCE_H_
 #define FEDGATHER_CLIENT_PEER_RING_ALL_REDUCE_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "client/peer/peer_link.h"
@@ -43,12 +45,16 @@ namespace fedgather {
 // values for other ops). `mine` holds this rank's contribution, the
 // tensors' bytes back to back; `out` receives the result in the same
 // layout (it must not overlap `mine`). `to_next`/`from_prev` as
-// RingAllGather's.
+// RingAllGather's. `accumulators` is the reduce-scatter's buffer, grown
+// as needed: a caller that keeps it between calls keeps its pages mapped
+// (faulting 64 MiB of fresh pages in per call made a 64 MiB all_reduce
+// twice as slow on this project's VM).
 absl::Status RingAllReduce(int rank, const Fingerprint& tensors,
                            v1::ReduceOp reduce,
                            absl::Span<const double> weights, const char* mine,
                            char* out, PeerLink* to_next, PeerLink* from_prev,
-                           const RingOptions& options);
+                           const RingOptions& options,
+                           std::vector<char>* accumulators);
 
 }  // namespace fedgather
 

@@ -92,7 +92,8 @@ FaultCluster::~FaultCluster() {
 
 Participant& FaultCluster::Join(int site, size_t size, uint32_t seed,
                                 const std::string& server,
-                                const std::vector<std::string>& launcher) {
+                                const std::vector<std::string>& launcher,
+                                const std::vector<std::string>& flags) {
   auto p = std::make_unique<Participant>();
   p->site = site;
   const std::vector<uint8_t> bytes = RandomBytes(size, seed);
@@ -112,6 +113,7 @@ Participant& FaultCluster::Join(int site, size_t size, uint32_t seed,
            "--input", p->input, "--output", p->output, "--timeout", "60"}) {
     argv.push_back(arg);
   }
+  argv.insert(argv.end(), flags.begin(), flags.end());
   p->pid = SpawnProcess(std::move(argv), p->log, p->log, /*append=*/true);
   participants_.push_back(std::move(p));
   return *participants_.back();

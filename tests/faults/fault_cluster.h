@@ -65,10 +65,12 @@ class FaultCluster {
 
   // Join starts `site`'s participant with `size` bytes made from `seed`.
   // `server` overrides the address it connects to; `launcher` is put
-  // before the command (e.g. "ip netns exec NS").
+  // before the command (e.g. "ip netns exec NS"); `flags` go after the
+  // join's own (e.g. --peer-listen).
   Participant& Join(int site, size_t size, uint32_t seed,
                     const std::string& server = "",
-                    const std::vector<std::string>& launcher = {});
+                    const std::vector<std::string>& launcher = {},
+                    const std::vector<std::string>& flags = {});
   // Exit waits up to `bound` for `p` to exit and returns its exit status
   // (128 + signal when a signal ended it). A participant still running
   // after `bound` hangs: it is killed, the test fails, and -1 is returned.

@@ -86,7 +86,7 @@ std::string Reference(const Fingerprint& tensors, v1::ReduceOp reduce,
                                   world) <= global) {
         ++segment;
       }
-      uint8_t accumulator[8];
+      alignas(8) uint8_t accumulator[8];
       for (int i = 1; i <= world; ++i) {
         const int r = (segment + i) % world;
         FoldIntoAccumulators(
@@ -119,10 +119,11 @@ Outcome Reduce(TestRing& ring, const Fingerprint& tensors, v1::ReduceOp reduce,
   for (int r = 0; r < world; ++r) {
     if (r == absent) continue;
     ranks.emplace_back([&, r] {
+      std::vector<char> accumulators;
       outcome.status[r] =
           RingAllReduce(r, tensors, reduce, weights, contributions[r].data(),
                         outcome.out[r].data(), ring.to_next[r].get(),
-                        ring.from_prev[r].get(), options[r]);
+                        ring.from_prev[r].get(), options[r], &accumulators);
     });
   }
   for (std::thread& t : ranks) t.join();

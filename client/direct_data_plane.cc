@@ -305,6 +305,10 @@ class DirectStream : public FrameStream, public FrameHandler {
     ring_options.chunk_bytes = options_.ring_chunk_bytes;
     ring_options.stall_timeout = options_.stall_timeout;
     ring_options.forward_hook = options_.forward_hook;
+    PeerLink* const to_next = ring_->to_next.get();
+    PeerLink* const from_prev = ring_->from_prev.get();
+    const int64_t sent_before = to_next ? to_next->bytes_sent() : 0;
+    const int64_t received_before = from_prev ? from_prev->bytes_received() : 0;
     absl::Status status;
     if (mine_.size() != sizes_[rank_]) {
       status = absl::InternalError("this rank's part is incomplete");
@@ -318,6 +322,9 @@ class DirectStream : public FrameStream, public FrameHandler {
                              ring_->to_next.get(), ring_->from_prev.get(),
                              ring_options);
     }
+    link_bytes_sent_ = to_next ? to_next->bytes_sent() - sent_before : 0;
+    link_bytes_received_ =
+        from_prev ? from_prev->bytes_received() - received_before : 0;
     bool release = false;
     std::optional<v1::Commit> verdict_claims;
     {
@@ -380,6 +387,9 @@ class DirectStream : public FrameStream, public FrameHandler {
     delivery->set_code(static_cast<int32_t>(verdict.code()));
     delivery->set_message(
         TruncateText(verdict.message(), kDeliveryMessageBytes));
+    delivery->set_link_bytes_sent(static_cast<uint64_t>(link_bytes_sent_));
+    delivery->set_link_bytes_received(
+        static_cast<uint64_t>(link_bytes_received_));
     if (verdict.ok() && op_ == v1::ALL_REDUCE) {
       delivery->set_result_digest(
           DigestBytes(HashContent(digest_, out_.data(), out_.size())));
@@ -477,6 +487,10 @@ class DirectStream : public FrameStream, public FrameHandler {
   std::vector<char>& out_;           // the plane's scratch, every part
   std::vector<char>& accumulators_;  // the plane's scratch
   std::thread ring_thread_;
+  // What the ring moved on this rank's two links (the ring thread writes
+  // them before ring_done_, the verdict reads them after).
+  int64_t link_bytes_sent_ = 0;
+  int64_t link_bytes_received_ = 0;
 
   // Every rank's fingerprint and WEIGHTED_MEAN weight: written under mu_
   // before the ring starts, only read after.

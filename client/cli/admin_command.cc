@@ -149,6 +149,7 @@ absl::Status RunStatus(const AdminCommandOptions& options, std::ostream& out) {
       out << absl::StrFormat("  %-5s %-40s %s\n", "rank", "identity",
                              "session");
     }
+    const int world = group.members_size();
     for (const v1::Member& member : group.members()) {
       out << absl::StrFormat(
           "  %-5d %-40s %s%s\n", member.rank(), member.identity(),
@@ -156,6 +157,16 @@ absl::Status RunStatus(const AdminCommandOptions& options, std::ostream& out) {
           member.peer_endpoint().empty()
               ? ""
               : absl::StrCat(", peer endpoint ", member.peer_endpoint()));
+      // Its two ring links, as it reported them (docs/protocol.md, "Data
+      // planes").
+      if (group.data_plane() == v1::DATA_PLANE_DIRECT && world > 1) {
+        out << absl::StrFormat(
+            "        link to rank %d: %d bytes sent; link from rank %d: %d "
+            "bytes received\n",
+            (member.rank() + 1) % world, member.peer_link_bytes_sent(),
+            (member.rank() + world - 1) % world,
+            member.peer_link_bytes_received());
+      }
     }
     for (const std::string& waiting : group.waiting()) {
       out << "  waiting  " << waiting << "\n";

@@ -51,6 +51,7 @@ absl::Status PeerLink::Broken(absl::string_view what, int ssl_result) {
 
 absl::Status PeerLink::Move(
     absl::string_view what, size_t size, absl::Time deadline,
+    std::atomic<int64_t>* moved_bytes,
     const std::function<int(size_t done, int n)>& call) {
   for (size_t done = 0; done < size;) {
     if (aborted_.load()) return Broken(what, 0);
@@ -59,6 +60,7 @@ absl::Status PeerLink::Move(
     const int moved = call(done, n);
     if (moved > 0) {
       done += static_cast<size_t>(moved);
+      *moved_bytes += moved;
       continue;
     }
     const int error = SSL_get_error(ssl_, moved);
@@ -75,15 +77,16 @@ absl::Status PeerLink::Move(
 }
 
 absl::Status PeerLink::Send(absl::string_view bytes, absl::Time deadline) {
-  return Move("send", bytes.size(), deadline, [&](size_t done, int n) {
-    return SSL_write(ssl_, bytes.data() + done, n);
-  });
+  return Move("send", bytes.size(), deadline, &bytes_sent_,
+              [&](size_t done, int n) {
+                return SSL_write(ssl_, bytes.data() + done, n);
+              });
 }
 
 absl::Status PeerLink::Receive(char* out, size_t size, absl::Time deadline) {
-  return Move("receive", size, deadline, [&](size_t done, int n) {
-    return SSL_read(ssl_, out + done, n);
-  });
+  return Move(
+      "receive", size, deadline, &bytes_received_,
+      [&](size_t done, int n) { return SSL_read(ssl_, out + done, n); });
 }
 
 absl::Status PeerLink::SendMessage(const google::protobuf::MessageLite& message,

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -74,10 +75,17 @@ class PeerLink {
   // returns UNAVAILABLE soon after, and every later one at once.
   void Abort();
 
+  // The bytes Send and Receive (and the messages) moved so far, as TLS
+  // payload. Readable from any thread.
+  int64_t bytes_sent() const { return bytes_sent_.load(); }
+  int64_t bytes_received() const { return bytes_received_.load(); }
+
  private:
   // Move runs `call` (an SSL_write or SSL_read of `n` bytes from `done`
-  // on) until `size` bytes moved, waiting on the socket as OpenSSL asks.
+  // on) until `size` bytes moved, waiting on the socket as OpenSSL asks,
+  // and adds what moved to `moved`.
   absl::Status Move(absl::string_view what, size_t size, absl::Time deadline,
+                    std::atomic<int64_t>* moved,
                     const std::function<int(size_t done, int n)>& call);
   absl::Status Broken(absl::string_view what, int ssl_result);
 
@@ -86,6 +94,8 @@ class PeerLink {
   const VerifiedCertificate peer_;
   std::string name_;
   std::atomic<bool> aborted_{false};
+  std::atomic<int64_t> bytes_sent_{0};
+  std::atomic<int64_t> bytes_received_{0};
 };
 
 }  // namespace fedgather

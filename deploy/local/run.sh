@@ -225,6 +225,7 @@ fi
 
 FEDAVG_FAILED=0
 FINAL_LINE=""
+PLANE_LINE=""  # the training's data plane (every site offers a peer endpoint)
 if [ "$PARTICIPANTS" -gt 10 ]; then
   echo "== federated digits training skipped: the label split needs 1..10 participants"
 else
@@ -236,6 +237,7 @@ else
       "$FEDAVG" --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/$name" --group demo \
       --world-size "$PARTICIPANTS" --data "$DIGITS" --rounds "$ROUNDS" --aggregate both \
       --min-accuracy "$MIN_ACCURACY" --timeout "$JOIN_TIMEOUT" \
+      --peer-listen 127.0.0.1:0 \
       >"$WORK/$name.fedavg.stdout" 2>"$WORK/$name.fedavg.stderr" &
     JOIN_PIDS+=($!)
   done
@@ -254,6 +256,7 @@ else
   if [ -n "$LEADER" ]; then
     grep -v '^final test accuracy:' "$WORK/$LEADER.fedavg.stdout" | sed 's/^/   /' || true
     FINAL_LINE="$(grep '^final test accuracy:' "$WORK/$LEADER.fedavg.stdout" | tail -n 1 || true)"
+    PLANE_LINE="$(grep '^data plane:' "$WORK/$LEADER.fedavg.stdout" | tail -n 1 || true)"
   fi
   printf '   all %d sites finished in %d.%03d s\n' "$PARTICIPANTS" $((elapsed_ms / 1000)) $((elapsed_ms % 1000))
   for i in "${!NAMES[@]}"; do
@@ -348,6 +351,7 @@ echo
 if [ "$FAILED" = 0 ]; then
   echo "PASS: $PARTICIPANTS participants gathered every contribution over mutual TLS and trained together; the audit chain verifies"
   if [ -n "$FINAL_LINE" ]; then echo "$FINAL_LINE"; fi
+  if [ -n "$PLANE_LINE" ]; then echo "training's $PLANE_LINE"; fi
   exit 0
 fi
 if [ "$KEEP" = 1 ]; then

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/client.h"
+#include "common/data_plane_name.h"
 #include "common/status_macros.h"
 #include "common/tls_credentials.h"
 #include "examples/fedavg_digits/digits_data.h"
@@ -35,6 +36,7 @@ struct SiteOptions {
   FederationOptions federation;
   double timeout_s = 300;
   double min_accuracy = 0;
+  std::string peer_listen;  // empty: no peer endpoint (the relay)
 };
 
 std::string Composition(const Dataset& data) {
@@ -78,6 +80,7 @@ absl::Status Run(SiteOptions o) {
   join.world_size = o.world_size;
   if (o.rank >= 0) join.rank = o.rank;
   join.timeout = absl::Seconds(o.timeout_s);
+  join.peer_listen = o.peer_listen;
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, client->Join(join));
 
   o.split.sites = group->world_size();
@@ -120,6 +123,10 @@ absl::Status Run(SiteOptions o) {
     }
     absl::PrintF("federated (%d rounds, every rank holds the same model)\n",
                  o.federation.rounds);
+    // The plane the rounds ran on (docs/protocol.md, "Data planes"); a
+    // failed round would have moved the epoch to the relay.
+    absl::PrintF("data plane: %s (%s)\n", DataPlaneName(group->data_plane()),
+                 group->data_plane_reason());
   } else {
     absl::PrintF("rank %d %s: %d rounds, test accuracy %.4f\n", group->rank(),
                  group->identities()[group->rank()], o.federation.rounds,
@@ -187,6 +194,10 @@ int main(int argc, char** argv) {
   app.add_option("--min-accuracy", o.min_accuracy,
                  "exit 1 when the final test accuracy is below this")
       ->capture_default_str();
+  app.add_option("--peer-listen", o.peer_listen,
+                 "HOST:PORT (port 0: any free one): offer a peer endpoint, so "
+                 "the rounds may run peer to peer on the direct data plane "
+                 "(docs/protocol.md, \"Data planes\")");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -559,6 +559,24 @@ void GroupState::MemberAlive(uint64_t epoch, int rank, absl::Time now) {
   }
 }
 
+void GroupState::AddPeerLinkBytes(uint64_t epoch, int rank, uint64_t sent,
+                                  uint64_t received) {
+  // A report above this (1 TiB) is counted as this: the sums then cannot
+  // overflow before 2^23 rounds.
+  constexpr uint64_t kMaxReportedLinkBytes = uint64_t{1} << 40;
+  auto add = [&](int64_t* total, uint64_t bytes) {
+    const int64_t step =
+        static_cast<int64_t>(std::min(bytes, kMaxReportedLinkBytes));
+    *total = *total > INT64_MAX - step ? INT64_MAX : *total + step;
+  };
+  absl::MutexLock lock(&mu_);
+  if (formed_ && epoch == epoch_ && rank >= 0 &&
+      rank < static_cast<int>(members_.size())) {
+    add(&members_[rank].peer_link_bytes_sent, sent);
+    add(&members_[rank].peer_link_bytes_received, received);
+  }
+}
+
 void GroupState::SessionLost(const SessionStream* session,
                              absl::string_view why, absl::Time now,
                              PendingCallbacks* callbacks, bool left) {
@@ -989,7 +1007,9 @@ GroupState::Snapshot GroupState::GetSnapshot() const {
     snapshot.data_plane_reason = data_plane_reason_;
   }
   for (const Member& m : members_) {
-    snapshot.members.push_back({m.identity, !m.disconnected, m.peer_endpoint});
+    snapshot.members.push_back({m.identity, !m.disconnected, m.peer_endpoint,
+                                m.peer_link_bytes_sent,
+                                m.peer_link_bytes_received});
   }
   for (const Waiting& w : waiting_) snapshot.waiting.push_back(w.identity);
   snapshot.rounds = rounds_.InFlightProgress();

@@ -130,6 +130,14 @@ class GroupState {
   // as a heartbeat: a member busy uploading is alive.
   void MemberAlive(uint64_t epoch, int rank, absl::Time now);
 
+  // AddPeerLinkBytes adds what rank `rank` of `epoch` reported its ring
+  // moved in a direct round (Delivery.link_bytes_*): `sent` on its link to
+  // rank+1, `received` on its link from rank-1. Each report counts at most
+  // kMaxReportedLinkBytes and the sums saturate (a member's word only;
+  // nothing rests on it but status and metrics). Ignored for another epoch.
+  void AddPeerLinkBytes(uint64_t epoch, int rank, uint64_t sent,
+                        uint64_t received);
+
   // Heartbeat records that `session` is alive.
   void Heartbeat(const SessionStream* session, absl::Time now);
 
@@ -222,6 +230,9 @@ class GroupState {
     std::string identity;
     bool connected = false;     // false while its broken session may resume
     std::string peer_endpoint;  // what it offered when the epoch formed
+    // What it reported its ring links moved this epoch (AddPeerLinkBytes).
+    int64_t peer_link_bytes_sent = 0;
+    int64_t peer_link_bytes_received = 0;
   };
   struct Snapshot {
     GroupConfig config;
@@ -263,7 +274,9 @@ class GroupState {
     bool disconnected = false;
     absl::Time disconnected_at;
     std::string lost_why;
-    int refusals_reported = 0;  // PeerRefusal reports audited this epoch
+    int refusals_reported = 0;         // PeerRefusal reports audited this epoch
+    int64_t peer_link_bytes_sent = 0;  // AddPeerLinkBytes
+    int64_t peer_link_bytes_received = 0;
   };
 
   std::string Describe() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -63,6 +63,12 @@ class StateCollectable : public prometheus::Collectable {
                  "1 for the data plane a formed epoch's collectives run on "
                  "(docs/protocol.md, \"Data planes\"), 0 for the other",
                  prometheus::MetricType::Gauge);
+      prometheus::MetricFamily link_bytes = Family(
+          "fedgather_peer_link_bytes",
+          "bytes a member of a formed epoch reported its ring link moved "
+          "this epoch: direction \"sent\" on its link to rank+1, "
+          "\"received\" on its link from rank-1 (its word, unchecked)",
+          prometheus::MetricType::Gauge);
       prometheus::MetricFamily buffered = Family(
           "fedgather_buffered_bytes",
           "payload held for receivers that have not written it, summed over "
@@ -80,6 +86,20 @@ class StateCollectable : public prometheus::Collectable {
                  static_cast<double>(group.members.size()) - connected);
         AddGauge(&rounds, {{"group", name}},
                  static_cast<double>(group.rounds.size()));
+        for (size_t r = 0; r < group.members.size(); ++r) {
+          const GroupState::MemberSnapshot& m = group.members[r];
+          if (group.data_plane != v1::DATA_PLANE_DIRECT &&
+              m.peer_link_bytes_sent == 0 && m.peer_link_bytes_received == 0) {
+            continue;
+          }
+          const std::string rank = std::to_string(r);
+          AddGauge(&link_bytes,
+                   {{"group", name}, {"rank", rank}, {"direction", "sent"}},
+                   static_cast<double>(m.peer_link_bytes_sent));
+          AddGauge(&link_bytes,
+                   {{"group", name}, {"rank", rank}, {"direction", "received"}},
+                   static_cast<double>(m.peer_link_bytes_received));
+        }
         if (group.formed) {
           const bool direct = group.data_plane == v1::DATA_PLANE_DIRECT;
           AddGauge(&plane, {{"group", name}, {"plane", "direct"}},
@@ -101,6 +121,7 @@ class StateCollectable : public prometheus::Collectable {
       families.push_back(std::move(members));
       families.push_back(std::move(rounds));
       families.push_back(std::move(plane));
+      families.push_back(std::move(link_bytes));
       families.push_back(std::move(buffered));
       families.push_back(std::move(limit));
     }

@@ -41,6 +41,10 @@ void AddGroupStatus(const GroupState::Snapshot& snapshot, Role role,
     member->set_identity(snapshot.members[r].identity);
     member->set_connected(snapshot.members[r].connected);
     member->set_peer_endpoint(snapshot.members[r].peer_endpoint);
+    member->set_peer_link_bytes_sent(
+        static_cast<uint64_t>(snapshot.members[r].peer_link_bytes_sent));
+    member->set_peer_link_bytes_received(
+        static_cast<uint64_t>(snapshot.members[r].peer_link_bytes_received));
   }
   for (const std::string& waiting : snapshot.waiting) out->add_waiting(waiting);
   for (const Round::Progress& progress : snapshot.rounds) {

@@ -321,6 +321,8 @@ absl::StatusOr<bool> CollectiveReactor::HandleDelivery(
         absl::StrCat("the Delivery names rank ", delivery.rank(),
                      " but the stream is rank ", rank_));
   }
+  group_->AddPeerLinkBytes(epoch_, rank_, delivery.link_bytes_sent(),
+                           delivery.link_bytes_received());
   if (delivery.code() == 0) {
     FG_RETURN_IF_ERROR(
         round()->ConfirmDelivery(rank_, delivery.result_digest(), callbacks));

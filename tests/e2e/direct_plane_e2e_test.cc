@@ -204,6 +204,25 @@ TEST_P(DirectPlaneTest, EveryOpIsExactAndTheServerSeesNoPayload) {
   EXPECT_EQ(MetricValue(metrics,
                         "fedgather_data_plane{group=\"demo\",plane=\"relay\"}"),
             0);
+  // Per link: what each member reported its ring links moved. The two
+  // ends of a link count alike; every link carried at least the
+  // all_gather's (N−1) parts of 256 KiB.
+  const auto& reported = status->groups(0).members();
+  ASSERT_EQ(reported.size(), n);
+  for (int r = 0; r < n; ++r) {
+    const v1::Member& member = reported[r];
+    const v1::Member& next = reported[(r + 1) % n];
+    EXPECT_EQ(member.peer_link_bytes_sent(), next.peer_link_bytes_received())
+        << "the link from rank " << r;
+    EXPECT_GE(member.peer_link_bytes_sent(),
+              static_cast<uint64_t>((n - 1) * kRows * 12));
+    if (n == 1) EXPECT_EQ(member.peer_link_bytes_sent(), 0u);
+    EXPECT_EQ(
+        MetricValue(metrics, absl::StrCat("fedgather_peer_link_bytes{group="
+                                          "\"demo\",rank=\"",
+                                          r, "\",direction=\"sent\"}")),
+        static_cast<double>(member.peer_link_bytes_sent()));
+  }
   for (const absl::Status& s : members.Run([&](int r) {
          return AllGatherEveryRank(*members.groups[r], 2, 10);
        })) {

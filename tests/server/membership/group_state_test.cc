@@ -200,6 +200,23 @@ TEST_F(GroupStateTest, AssignsRanksBySortedIdentity) {
   EXPECT_EQ(events_.OfKind(EventKind::kGroupFormed)[0].epoch, 1u);
 }
 
+TEST_F(GroupStateTest, PeerLinkBytesAddUpPerMemberAndEpochWithinABound) {
+  MakeGroup();
+  Form();
+  group_->AddPeerLinkBytes(1, 0, 1000, 10);
+  group_->AddPeerLinkBytes(1, 0, 500, 5);
+  group_->AddPeerLinkBytes(2, 1, 7, 7);           // another epoch: ignored
+  group_->AddPeerLinkBytes(1, 3, 7, 7);           // no such rank: ignored
+  group_->AddPeerLinkBytes(1, 2, UINT64_MAX, 0);  // counted as 1 TiB
+  group_->AddPeerLinkBytes(1, 2, uint64_t{1} << 41, 0);
+  const GroupState::Snapshot snapshot = group_->GetSnapshot();
+  ASSERT_EQ(snapshot.members.size(), 3u);
+  EXPECT_EQ(snapshot.members[0].peer_link_bytes_sent, 1500);
+  EXPECT_EQ(snapshot.members[0].peer_link_bytes_received, 15);
+  EXPECT_EQ(snapshot.members[1].peer_link_bytes_sent, 0);
+  EXPECT_EQ(snapshot.members[2].peer_link_bytes_sent, int64_t{1} << 41);
+}
+
 TEST_F(GroupStateTest, HonoursRequestedRankAndSortsTheRest) {
   MakeGroup({"site-a", "site-b", "site-c", "site-d"});
   ASSERT_TRUE(Join("site-d", kT0, /*rank=*/1).ok());

@@ -305,6 +305,60 @@ TEST(DirectPlaneFaultTest,
   }
 }
 
+// FreeLoopbackPort is a port of 127.0.0.1 that was free a moment ago
+// (bound, read, closed), for a listener the test must know the port of
+// before it starts.
+int FreeLoopbackPort() {
+  absl::StatusOr<PeerSocket> socket = ListenTcp("127.0.0.1:0");
+  EXPECT_TRUE(socket.ok()) << socket.status();
+  if (!socket.ok()) return 0;
+  absl::StatusOr<int> port = BoundPort(*socket);
+  EXPECT_TRUE(port.ok()) << port.status();
+  return port.value_or(0);
+}
+
+TEST(DirectPlaneFaultTest, ALinkCutMidRingFailsEveryRankWithOneStatus) {
+  TestCluster cluster(ClusterOptions(3));
+  // Rank 0's link to rank 1 goes through a proxy: rank 1 listens on a
+  // known port and advertises the proxy in front of it.
+  const int port = FreeLoopbackPort();
+  TcpProxy link(port);
+  OfferingMembers members(cluster, cluster.address(),
+                          [&](int r, JoinOptions& o) {
+                            if (r != 1) return;
+                            o.peer_listen = absl::StrCat("127.0.0.1:", port);
+                            o.peer_advertise = link.address();
+                          });
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  for (const auto& group : members.groups) {
+    ASSERT_EQ(group->data_plane(), v1::DATA_PLANE_DIRECT);
+  }
+  // 16 MiB parts; the link breaks 4 MiB into rank 0's own part.
+  constexpr int64_t kRows = 16 * 1024 * 1024 / 12;
+  link.CutAfterUpstreamBytes(4 << 20);
+  const absl::Time start = absl::Now();
+  const std::vector<absl::Status> statuses = members.Run(
+      [&](int r) { return AllGatherEveryRank(*members.groups[r], 1, kRows); });
+  // A broken link fails at once; a stalled one would take the stall time.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  EXPECT_EQ(link.cuts(), 1);
+  ExpectSameStatusEverywhere(statuses, absl::StatusCode::kUnavailable);
+  const std::string message(statuses[0].message());
+  EXPECT_THAT(message, HasSubstr("reports"));
+  EXPECT_THAT(message, ::testing::AnyOf(HasSubstr("the link to rank 1"),
+                                        HasSubstr("the link from rank 0")));
+  // Every member and the server fell back to the relay; the next round
+  // works there.
+  for (const auto& group : members.groups) {
+    EXPECT_EQ(group->data_plane(), v1::DATA_PLANE_RELAY);
+  }
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 2, 1000);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+}
+
 TEST(DirectPlaneFaultTest, AHungForwarderFailsEveryRankWithOneStatus) {
   TestCluster cluster(ClusterOptions(3));
   OfferingMembers members(cluster, cluster.address());

@@ -3,7 +3,10 @@
 # and certificates, starts fedgather-server on 127.0.0.1 (a free port), and
 # runs N participants (default 4) as concurrent `fedgather join` processes
 # over mutual TLS, under the access policy `fedgather provision` writes and
-# with a signed audit log. An observer reads the status, an admin reloads the
+# with a signed audit log. Every participant offers a peer endpoint on
+# 127.0.0.1, so with the policy's default (data_plane: auto) the bytes go
+# peer to peer on the direct plane; each join's summary and the report name
+# the plane that ran. An observer reads the status, an admin reloads the
 # policy (the observer is refused), SIGHUP reloads it again. Then the same
 # participants train a digits classifier together, federated averaging over
 # the same server (examples/fedavg_digits: each site a `fedavg_site` process
@@ -181,6 +184,7 @@ for name in "${NAMES[@]}"; do
     "$CLI" join --server "127.0.0.1:$PORT" --tls-dir "$WORK/pki/$name" --group demo \
     --world-size "$PARTICIPANTS" --input "$WORK/$name.in.safetensors" \
     --output "$WORK/$name.out.safetensors" --timeout "$JOIN_TIMEOUT" \
+    --peer-listen 127.0.0.1:0 \
     >"$WORK/$name.stdout" 2>"$WORK/$name.stderr" &
   JOIN_PIDS+=($!)
 done
@@ -350,8 +354,8 @@ fi
 echo
 if [ "$FAILED" = 0 ]; then
   echo "PASS: $PARTICIPANTS participants gathered every contribution over mutual TLS and trained together; the audit chain verifies"
-  if [ -n "$FINAL_LINE" ]; then echo "$FINAL_LINE"; fi
   if [ -n "$PLANE_LINE" ]; then echo "training's $PLANE_LINE"; fi
+  if [ -n "$FINAL_LINE" ]; then echo "$FINAL_LINE"; fi
   exit 0
 fi
 if [ "$KEEP" = 1 ]; then

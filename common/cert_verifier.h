@@ -29,8 +29,12 @@ struct VerifiedCertificate {
 };
 
 // ClientCertVerifier checks client certificates against a fixed set of CAs
-// and CRLs. Immutable after Create; Verify is const and may be called from
-// any number of threads at once. Keeps no global state.
+// and CRLs. Its CAs and CRLs are fixed at Create; Verify is const and may be
+// called from any number of threads at once. It remembers (a bounded cache
+// of its own, under a lock) the certificates it accepted, and while every
+// certificate of the verified chain is valid answers them again without
+// parsing: the same answer a full verification gives, since nothing it
+// checks changes inside that window. Keeps no global state.
 class ClientCertVerifier {
  public:
   // Create loads the trusted CAs and the CRLs.

@@ -203,6 +203,31 @@ TEST_F(CertVerifierTest, VerifiesAtTheGivenTime) {
               HasSubstr("chains to CA certificate 'CN=fedgather CA'"));
 }
 
+TEST_F(CertVerifierTest, ARememberedCertificateIsRefusedOnceItsChainExpires) {
+  // The CA expires long before its leaf: a verification remembered while
+  // both were valid does not outlive the CA.
+  auto short_ca = CreateCertificateAuthority("short CA", absl::Hours(1));
+  ASSERT_TRUE(short_ca.ok()) << short_ca.status();
+  CertificateSpec spec = ClientSpec();
+  spec.not_after = absl::Now() + absl::Hours(24 * 30);
+  const KeyAndCert leaf = Issue(spec, &*short_ca);
+  auto verifier = ClientCertVerifier::Create(short_ca->cert_pem, "");
+  ASSERT_TRUE(verifier.ok()) << verifier.status();
+  const absl::Time now = absl::Now();
+  auto first = (*verifier)->Verify(leaf.cert_pem, "", now);
+  auto again = (*verifier)->Verify(leaf.cert_pem, "", now + absl::Minutes(30));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->identity, first->identity);
+  EXPECT_EQ(again->serial_hex, first->serial_hex);
+  EXPECT_THAT(Refusal(**verifier, leaf.cert_pem, now + absl::Hours(2)),
+              HasSubstr("chains to CA certificate 'CN=short CA'"));
+  EXPECT_THAT(Refusal(**verifier, leaf.cert_pem, now + absl::Hours(2)),
+              HasSubstr("which expired at"));
+  // A refusal is not remembered: inside the window it is accepted again.
+  EXPECT_TRUE((*verifier)->Verify(leaf.cert_pem, "", now).ok());
+}
+
 TEST_F(CertVerifierTest, RevokedCertificateIsRefusedOthersAccepted) {
   const KeyAndCert revoked = Issue(ClientSpec());
   const KeyAndCert kept = Issue(ClientSpec("site-2"));

@@ -5,6 +5,8 @@
 //   allgather_bench --np 4 --sizes 4096,1048576 [--ops all_gather,all_reduce]
 //                   [--insecure] [--impl-name NAME]
 //                   [--data-plane relay|direct|auto]
+//                   [--server-host H --rank-hosts H0,H1,..
+//                    --server-wrap CMD --rank-wrap CMD]   (bench/net)
 //
 // It provisions a CA, server and participant certificates (client/provision.h)
 // into a temporary directory, starts `fedgather-server` on 127.0.0.1:0 over
@@ -31,6 +33,15 @@
 //   #server_stats impl=.. op=.. N=.. bytes_per_rank=.. iters=..
 //       server_cpu_s_per_op=.. server_cpu_busy=.. server_peak_rss_bytes=..
 //       rank0_cpu_s_per_op=..
+// The placement flags put the processes on an emulated network
+// (bench/net/run.sh): the server listens on --server-host (default
+// 127.0.0.1), rank r offers its peer endpoint on the r-th --rank-hosts
+// address (default 127.0.0.1), and the server and rank r are started
+// through the command prefixes --server-wrap and --rank-wrap (split at
+// spaces; "{rank}" becomes r), e.g. --rank-wrap "ip netns exec net-{rank}".
+// A prefix must exec the command, so that the pid started is the process
+// measured.
+//
 // where the server's CPU time (/proc/PID/stat) is taken over rank 0's timed
 // iterations, server_cpu_busy is that CPU time over their wall time, and the
 // peak RSS (VmHWM) is reset before each (S, op)'s warm-up. Failures print a
@@ -65,6 +76,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -108,10 +120,23 @@ struct Method {
   bool shared_output = false;
 };
 
+// Where the processes run (the placement flags above).
+struct Placement {
+  std::string server_host = "127.0.0.1";
+  std::vector<std::string> rank_hosts;  // empty: 127.0.0.1 for every rank
+  std::string server_wrap;
+  std::string rank_wrap;
+
+  std::string RankHost(int rank) const {
+    return rank_hosts.empty() ? "127.0.0.1" : rank_hosts[rank];
+  }
+};
+
 // The participant's own flags (hidden).
 struct ParticipantFlags {
   int rank = -1;
   std::string address;
+  std::string peer_host;  // where it offers its peer endpoint
   std::string tls_dir;
   std::string shared_dir;
   pid_t server_pid = 0;
@@ -223,7 +248,9 @@ class Participant {
     join.world_size = method_.np;
     join.rank = flags_.rank;
     join.timeout = absl::Seconds(method_.timeout_s);
-    if (method_.data_plane != "relay") join.peer_listen = "127.0.0.1:0";
+    if (method_.data_plane != "relay") {
+      join.peer_listen = absl::StrCat(flags_.peer_host, ":0");
+    }
     FG_ASSIGN_OR_RETURN(group_, client->Join(join));
     if (method_.data_plane == "direct" &&
         group_->data_plane() != v1::DATA_PLANE_DIRECT) {
@@ -422,11 +449,24 @@ absl::StatusOr<pid_t> Spawn(std::vector<std::string> args,
   }
   pid_t pid = 0;
   const int error =
-      ::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+      ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (error != 0)
     return ErrnoToStatus(error, absl::StrCat("starting ", args[0]));
   return pid;
+}
+
+// Wrapped puts the command prefix `wrap` (split at spaces, "{rank}"
+// replaced by `rank`) before `args`.
+std::vector<std::string> Wrapped(const std::string& wrap, int rank,
+                                 std::vector<std::string> args) {
+  std::vector<std::string> prefix;
+  for (absl::string_view word : absl::StrSplit(wrap, ' ', absl::SkipEmpty())) {
+    prefix.push_back(
+        absl::StrReplaceAll(word, {{"{rank}", absl::StrCat(rank)}}));
+  }
+  args.insert(args.begin(), prefix.begin(), prefix.end());
+  return args;
 }
 
 // A pipe whose ends are above the fds a child gets (3 and 4), close-on-exec.
@@ -454,10 +494,11 @@ std::string Describe(int wait_status) {
 
 class Controller {
  public:
-  Controller(Method method, std::string server_bin,
+  Controller(Method method, Placement placement, std::string server_bin,
              std::vector<std::string> server_args, std::string tmp_root,
              bool keep_tmp)
       : method_(std::move(method)),
+        placement_(std::move(placement)),
         server_bin_(std::move(server_bin)),
         server_args_(std::move(server_args)),
         tmp_root_(std::move(tmp_root)),
@@ -485,6 +526,9 @@ class Controller {
     ProvisionOptions provision;
     provision.out_dir = dir_ + "/pki";
     provision.server_names = {"localhost", "127.0.0.1"};
+    if (placement_.server_host != "127.0.0.1") {
+      provision.server_names.push_back(placement_.server_host);
+    }
     provision.group = kGroup;
     for (int i = 0; i < method_.np; ++i) {
       provision.participants.push_back(Site(i));
@@ -520,7 +564,7 @@ class Controller {
     const std::string port_file = dir_ + "/port";
     std::vector<std::string> args = {server_bin_,
                                      "--listen",
-                                     "127.0.0.1:0",
+                                     placement_.server_host + ":0",
                                      "--port-file",
                                      port_file,
                                      "--cert",
@@ -533,7 +577,8 @@ class Controller {
                                      pki + "/policy.yaml"};
     if (method_.insecure) args.push_back("--insecure-plaintext-for-benchmarks");
     args.insert(args.end(), server_args_.begin(), server_args_.end());
-    FG_ASSIGN_OR_RETURN(server_, Spawn(args, {}, server_log_, server_log_));
+    FG_ASSIGN_OR_RETURN(server_, Spawn(Wrapped(placement_.server_wrap, 0, args),
+                                       {}, server_log_, server_log_));
     // The server writes the port file once it listens; poll for it.
     const absl::Time until = absl::Now() + absl::Seconds(30);
     while (absl::Now() < until) {
@@ -546,8 +591,8 @@ class Controller {
       }
       absl::StatusOr<std::string> port = ReadFileToString(port_file);
       if (port.ok() && absl::EndsWith(*port, "\n")) {
-        address_ =
-            absl::StrCat("127.0.0.1:", absl::StripAsciiWhitespace(*port));
+        address_ = absl::StrCat(placement_.server_host, ":",
+                                absl::StripAsciiWhitespace(*port));
         return absl::OkStatus();
       }
       absl::SleepFor(absl::Milliseconds(10));
@@ -568,6 +613,7 @@ class Controller {
           self,           "--participant",
           "--rank",       absl::StrCat(rank),
           "--address",    address_,
+          "--peer-host",  placement_.RankHost(rank),
           "--tls-dir",    absl::StrCat(dir_, "/pki/", Site(rank)),
           "--server-pid", absl::StrCat(server_),
           "--shared-dir", dir_,
@@ -588,7 +634,8 @@ class Controller {
       if (method_.shared_output) args.push_back("--shared-output");
       // Only rank 0 prints results; the others' stdout is discarded.
       FG_ASSIGN_OR_RETURN(pid_t pid,
-                          Spawn(args, {{3, done_write_}, {4, release_read_}},
+                          Spawn(Wrapped(placement_.rank_wrap, rank, args),
+                                {{3, done_write_}, {4, release_read_}},
                                 rank == 0 ? "" : "/dev/null", ""));
       participants_.push_back(pid);
     }
@@ -672,6 +719,7 @@ class Controller {
   }
 
   const Method method_;
+  const Placement placement_;
   const std::string server_bin_;
   const std::vector<std::string> server_args_;
   const std::string tmp_root_;
@@ -712,6 +760,7 @@ int Main(int argc, char** argv) {
   bool header = false, keep_tmp = false;
   std::string server_bin = DefaultServerBin();
   std::vector<std::string> server_args;
+  Placement placement;
   std::string tmp_root = "/tmp";
   CLI::App app{
       "fedgather all_gather / all_reduce benchmark: a real server and N "
@@ -756,6 +805,19 @@ int Main(int argc, char** argv) {
   app.add_option("--server-arg", server_args,
                  "extra fedgather-server argument (repeatable), e.g. "
                  "--server-arg=--max-buffered-mib=64");
+  app.add_option("--server-host", placement.server_host,
+                 "address the server listens on (port chosen by it)")
+      ->capture_default_str();
+  app.add_option("--rank-hosts", placement.rank_hosts,
+                 "comma list: rank r offers its peer endpoint on the r-th "
+                 "(default 127.0.0.1)")
+      ->delimiter(',');
+  app.add_option("--server-wrap", placement.server_wrap,
+                 "command prefix that starts the server (split at spaces), "
+                 "e.g. \"ip netns exec net-s\"");
+  app.add_option("--rank-wrap", placement.rank_wrap,
+                 "command prefix that starts rank r ({rank} becomes r), "
+                 "e.g. \"ip netns exec net-{rank}\"");
   app.add_option("--tmp-root", tmp_root, "where the temporary directory goes")
       ->capture_default_str();
   app.add_flag("--keep-tmp", keep_tmp,
@@ -766,6 +828,7 @@ int Main(int argc, char** argv) {
   app.add_flag("--participant", participant_mode)->group(hidden);
   app.add_option("--rank", participant.rank)->group(hidden);
   app.add_option("--address", participant.address)->group(hidden);
+  app.add_option("--peer-host", participant.peer_host)->group(hidden);
   app.add_option("--tls-dir", participant.tls_dir)->group(hidden);
   app.add_option("--shared-dir", participant.shared_dir)->group(hidden);
   app.add_option("--server-pid", participant.server_pid)->group(hidden);
@@ -803,7 +866,15 @@ int Main(int argc, char** argv) {
         "p90_s,mean_s,iters\n");
     std::fflush(stdout);
   }
-  Controller controller(method, server_bin, server_args, tmp_root, keep_tmp);
+  if (!placement.rank_hosts.empty() &&
+      static_cast<int>(placement.rank_hosts.size()) != method.np) {
+    std::fprintf(stderr,
+                 "allgather_bench: --rank-hosts names %zu hosts for --np %d\n",
+                 placement.rank_hosts.size(), method.np);
+    return 2;
+  }
+  Controller controller(method, placement, server_bin, server_args, tmp_root,
+                        keep_tmp);
   const absl::Status status = controller.Run();
   if (!status.ok()) {
     std::printf("#ERROR %s N=%d: %s\n", method.impl_name.c_str(), method.np,

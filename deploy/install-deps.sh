@@ -26,6 +26,9 @@ PACKAGES=(
   # implementation) checks our build of it and hashes for the conformance
   # client.
   librust-blake3-dev b3sum
+  # Network namespaces and HTB link shaping (ip, tc): the network-cut fault
+  # tests (tests/faults/netns_fault_test.cc) and bench/net's smoke run.
+  iproute2
 )
 
 missing=()

@@ -16,8 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tests/faults/fault_cluster.h"
 
@@ -27,27 +25,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr size_t kMiB = 1 << 20;
-
-// The line `fedgather join` prints for a failed op ("fedgather join:
-// CODE: ...").
-std::string ErrorLine(const std::string& log) {
-  for (absl::string_view line : absl::StrSplit(log, '\n')) {
-    if (absl::StartsWith(line, "fedgather join: ")) return std::string(line);
-  }
-  return "";
-}
-
-// DataPlaneChosen is the plane the server's data_plane_chosen event named
-// for the first epoch ("" before it chose).
-std::string DataPlaneChosen(const FaultCluster& c) {
-  for (const nlohmann::json& event : c.ServerEvents()) {
-    if (event.value("event", "") == "data_plane_chosen" &&
-        event.contains("details")) {
-      return event["details"].value("data_plane", "");
-    }
-  }
-  return "";
-}
 
 TEST(DirectPlaneFaultTest, AMemberKilledMidRingFailsEveryOtherOneAlike) {
   FaultCluster c(3);
@@ -66,7 +43,7 @@ TEST(DirectPlaneFaultTest, AMemberKilledMidRingFailsEveryOtherOneAlike) {
   }
   ASSERT_EQ(::kill(victim.pid, SIGKILL), 0);
   const absl::Time killed = absl::Now();
-  EXPECT_EQ(DataPlaneChosen(c), "direct") << c.server().Log();
+  EXPECT_EQ(c.DataPlaneChosen(), "direct") << c.server().Log();
   EXPECT_EQ(c.Exit(victim, absl::Seconds(10)), 128 + SIGKILL);
   // The survivors' links to and from the victim break at once (its
   // sockets close); a stalled link would take the stall time (5 s), and a
@@ -75,7 +52,7 @@ TEST(DirectPlaneFaultTest, AMemberKilledMidRingFailsEveryOtherOneAlike) {
   std::vector<std::string> errors;
   for (Participant* p : {&a, &b}) {
     EXPECT_EQ(c.Exit(*p, bound), 1) << c.Log(*p);
-    errors.push_back(ErrorLine(c.Log(*p)));
+    errors.push_back(JoinErrorLine(c.Log(*p)));
     // The first failure the server heard of: a link of the dead member's
     // (every run so far), or one a survivor broke after it failed
     // (docs/protocol.md, "Peer links"), or the dead member's session.

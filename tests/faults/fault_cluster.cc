@@ -8,7 +8,9 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/provision.h"
 #include "common/file_io.h"
@@ -65,6 +67,13 @@ std::vector<std::string> ServerFlags(const TestCluster& cluster,
 
 double SecondsSince(absl::Time start) {
   return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+std::string JoinErrorLine(const std::string& log) {
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StartsWith(line, "fedgather join: ")) return std::string(line);
+  }
+  return "";
 }
 
 void ReportFault(const std::string& fault, absl::Duration bound,
@@ -218,6 +227,16 @@ int FaultCluster::CountEvents(const std::string& name,
   for (const nlohmann::json& e : ServerEvents())
     count += Matches(e, name, match);
   return count;
+}
+
+std::string FaultCluster::DataPlaneChosen() const {
+  for (const nlohmann::json& event : ServerEvents()) {
+    if (event.value("event", "") == "data_plane_chosen" &&
+        event.contains("details")) {
+      return event["details"].value("data_plane", "");
+    }
+  }
+  return "";
 }
 
 bool FaultCluster::ExpectNextRoundWorks(uint32_t seed) {

@@ -98,6 +98,9 @@ class FaultCluster {
                                              absl::Duration timeout) const;
   // CountEvents counts the events named `name` whose fields include `match`.
   int CountEvents(const std::string& name, const nlohmann::json& match) const;
+  // DataPlaneChosen is the plane the server's first data_plane_chosen event
+  // named ("" before it chose).
+  std::string DataPlaneChosen() const;
 
   // ExpectNextRoundWorks runs a fresh round of every site with a few KiB
   // each and expects every output byte for byte; true when all of it held.
@@ -117,6 +120,10 @@ class FaultCluster {
 
 // Since returns the time since `start` in seconds, for the fault reports.
 double SecondsSince(absl::Time start);
+
+// JoinErrorLine is the line `fedgather join` prints for a failed op
+// ("fedgather join: CODE: ..."), or "" when `log` has none.
+std::string JoinErrorLine(const std::string& log);
 
 // ReportFault prints "FAULT <fault>: bound B, observed O s", the line the
 // fault matrix in docs/testing.md is made from.

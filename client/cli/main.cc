@@ -100,12 +100,16 @@ int main(int argc, char** argv) {
                    "all_gather on this node's G GPUs: each input is [G, ...], "
                    "slice g for GPU g; writes [N*G, ...] (docs/gpu.md)")
       ->check(CLI::PositiveNumber);
-  join_cmd->add_option("--peer-listen", join.peer_listen,
-                       "HOST:PORT to accept peer links on, offered to the "
-                       "group for the direct data plane (docs/protocol.md)");
-  join_cmd->add_option("--peer-advertise", join.peer_advertise,
-                       "HOST:PORT the other members dial (default: the "
-                       "--peer-listen host and port)");
+  join_cmd
+      ->add_option("--peer-listen", join.peer_listen,
+                   "HOST:PORT to accept peer links on, offered to the "
+                   "group for the direct data plane (docs/protocol.md)")
+      ->envname("FEDGATHER_PEER_LISTEN");
+  join_cmd
+      ->add_option("--peer-advertise", join.peer_advertise,
+                   "HOST:PORT the other members dial (default: the "
+                   "--peer-listen host and port)")
+      ->envname("FEDGATHER_PEER_ADVERTISE");
   join_cmd->add_flag("--emulate-gpus", join.emulate_gpus,
                      "with --gpus: emulate the GPUs in host memory");
   join_cmd->add_flag(

@@ -36,7 +36,8 @@ struct SiteOptions {
   FederationOptions federation;
   double timeout_s = 300;
   double min_accuracy = 0;
-  std::string peer_listen;  // empty: no peer endpoint (the relay)
+  std::string peer_listen;     // empty: no peer endpoint (the relay)
+  std::string peer_advertise;  // empty: the peer_listen address
 };
 
 std::string Composition(const Dataset& data) {
@@ -81,6 +82,7 @@ absl::Status Run(SiteOptions o) {
   if (o.rank >= 0) join.rank = o.rank;
   join.timeout = absl::Seconds(o.timeout_s);
   join.peer_listen = o.peer_listen;
+  join.peer_advertise = o.peer_advertise;
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, client->Join(join));
 
   o.split.sites = group->world_size();
@@ -197,7 +199,12 @@ int main(int argc, char** argv) {
   app.add_option("--peer-listen", o.peer_listen,
                  "HOST:PORT (port 0: any free one): offer a peer endpoint, so "
                  "the rounds may run peer to peer on the direct data plane "
-                 "(docs/protocol.md, \"Data planes\")");
+                 "(docs/protocol.md, \"Data planes\")")
+      ->envname("FEDGATHER_PEER_LISTEN");
+  app.add_option("--peer-advertise", o.peer_advertise,
+                 "HOST:PORT the other sites dial (a Service or compose name; "
+                 "default: the --peer-listen address)")
+      ->envname("FEDGATHER_PEER_ADVERTISE");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -78,15 +78,15 @@ BENCH="$BUILD_DIR/bench/allgather_bench"
 
 # ---- side by side: Gloo, MPI, fedgather (TLS, plaintext) -----------------------
 # One launch runs the fedgather modes (impl fedgather_tls, fedgather_plain,
-# then fedgather_tls_direct: the all_gather family over peer links, the
-# server keeping the control frames); the peers' harness rotates it into
+# then fedgather_tls_direct: every op over the ring of mutual-TLS peer
+# links, the server keeping the control frames); the peers' harness rotates it into
 # its order like the others and times out each command after T_CMD seconds.
 status=0
 if [ "${SKIP_PEERS:-0}" != 1 ]; then
   log "side by side: N=$NPROCS, sizes $SIZES, $REPS reps -> $OUT/peers"
   EXTRA_CMD="$BENCH --np {N} --sizes {SIZES} --timeout-s 850; a=\$?; "
   EXTRA_CMD+="$BENCH --insecure --np {N} --sizes {SIZES} --timeout-s 850; b=\$?; "
-  EXTRA_CMD+="$BENCH --data-plane direct --ops all_gather --np {N} --sizes {SIZES} --timeout-s 850; c=\$?; "
+  EXTRA_CMD+="$BENCH --data-plane direct --np {N} --sizes {SIZES} --timeout-s 850; c=\$?; "
   EXTRA_CMD+="[ \$a = 0 ] && [ \$b = 0 ] && [ \$c = 0 ]"
   PEERS_WORK="$OUT/peers-work" REPS="$REPS" NPROCS="$NPROCS" SIZES="$SIZES" \
     T_CMD=900 SKIP_LIMITS="${SKIP_LIMITS:-0}" \
@@ -107,20 +107,25 @@ if [ "${SKIP_RSS:-0}" != 1 ]; then
 fi
 
 # ---- growth with N at SCALE_SIZE ----------------------------------------------
-# With the server's default flags first. When that fails (on 2 cores, N=64
-# starves a member's heartbeat past the default 5 s timeout), once more with
-# a 60 s heartbeat timeout, reported under impl fedgather_tls_hb60.
+# Both planes, with the server's default flags first. When that fails (on 2
+# cores, N=64 can starve a member's heartbeat past the default 5 s timeout),
+# once more with a 60 s heartbeat timeout, reported under impl
+# fedgather_tls[_direct]_hb60.
 if [ "${SKIP_SCALE:-0}" != 1 ]; then
-  log "growth with N: N in $SCALE_NS, S=$SCALE_SIZE -> $OUT/scale.txt"
+  log "growth with N: N in $SCALE_NS, S=$SCALE_SIZE, relay and direct -> $OUT/scale.txt"
   : > "$OUT/scale.txt"
-  for n in $SCALE_NS; do
-    "$BENCH" --np "$n" --sizes "$SCALE_SIZE" --ops all_gather --timeout-s 1800 \
-      >> "$OUT/scale.txt" 2>> "$OUT/scale.err" && continue
-    log "N=$n failed with the default server flags; again with --heartbeat-timeout=60"
-    "$BENCH" --np "$n" --sizes "$SCALE_SIZE" --ops all_gather --timeout-s 1800 \
-      --impl-name fedgather_tls_hb60 --server-arg=--heartbeat-timeout=60 \
-      --server-arg=--heartbeat-interval=5 >> "$OUT/scale.txt" 2>> "$OUT/scale.err" ||
-      { status=1; log "N=$n failed; see $OUT/scale.txt and $OUT/scale.err"; }
+  for plane in relay direct; do
+    for n in $SCALE_NS; do
+      impl=fedgather_tls
+      [ "$plane" = direct ] && impl=fedgather_tls_direct
+      "$BENCH" --np "$n" --sizes "$SCALE_SIZE" --ops all_gather --data-plane "$plane" \
+        --timeout-s 1800 >> "$OUT/scale.txt" 2>> "$OUT/scale.err" && continue
+      log "N=$n ($plane) failed with the default server flags; again with --heartbeat-timeout=60"
+      "$BENCH" --np "$n" --sizes "$SCALE_SIZE" --ops all_gather --data-plane "$plane" \
+        --timeout-s 1800 --impl-name "${impl}_hb60" --server-arg=--heartbeat-timeout=60 \
+        --server-arg=--heartbeat-interval=5 >> "$OUT/scale.txt" 2>> "$OUT/scale.err" ||
+        { status=1; log "N=$n ($plane) failed; see $OUT/scale.txt and $OUT/scale.err"; }
+    done
   done
 fi
 

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/net/netns.sh: an emulated network of network namespaces, sourced by
 # bench/net/run.sh (needs root and iproute2).
 #

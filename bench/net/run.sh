@@ -59,7 +59,7 @@ log() { echo "[$(date +%T)] bench/net: $*" >&2; }
 skip() { echo "bench/net: skipped: $*" >&2; exit 77; }
 
 [ "$(id -u)" = 0 ] || skip "needs root (ip netns, tc)"
-command -v ip > /dev/null && command -v tc > /dev/null || skip "needs iproute2 (ip, tc)"
+{ command -v ip && command -v tc; } > /dev/null || skip "needs iproute2 (ip, tc)"
 ip netns add "$NET_PREFIX-probe" 2> /dev/null || skip "cannot make a network namespace here"
 ip netns del "$NET_PREFIX-probe"
 [ -x "$BENCH" ] || { echo "bench/net: no $BENCH (build it first)" >&2; exit 2; }

@@ -30,11 +30,17 @@ namespace {
 using ::testing::HasSubstr;
 
 // Starts the `fedgather` CLI with `args`; returns its pid. Non-empty paths
-// receive the process's stdout and stderr.
+// receive the process's stdout and stderr; `env` ("NAME=VALUE") is added to
+// its environment.
 pid_t StartCli(std::vector<std::string> args,
                const std::string& stdout_path = "",
-               const std::string& stderr_path = "") {
+               const std::string& stderr_path = "",
+               const std::vector<std::string>& env = {}) {
   args.insert(args.begin(), FEDGATHER_CLI_PATH);
+  if (!env.empty()) {
+    args.insert(args.begin(), env.begin(), env.end());
+    args.insert(args.begin(), "/usr/bin/env");
+  }
   return SpawnProcess(std::move(args), stdout_path, stderr_path);
 }
 
@@ -44,7 +50,8 @@ pid_t StartCli(std::vector<std::string> args,
 pid_t StartJoin(const TestCluster& cluster, int site, int world,
                 const std::string& input, const std::string& output,
                 const std::string& stderr_path = "",
-                const std::vector<std::string>& extra = {}) {
+                const std::vector<std::string>& extra = {},
+                const std::vector<std::string>& env = {}) {
   std::vector<std::string> args = {
       "join",
       "--server",
@@ -62,7 +69,7 @@ pid_t StartJoin(const TestCluster& cluster, int site, int world,
       "--timeout",
       "60"};
   args.insert(args.end(), extra.begin(), extra.end());
-  return StartCli(std::move(args), "", stderr_path);
+  return StartCli(std::move(args), "", stderr_path, env);
 }
 
 int WaitExit(pid_t pid) { return WaitProcess(pid); }
@@ -547,6 +554,17 @@ TEST(CliTest, PeerListenOffersAnEndpointTheServerChecks) {
   ASSERT_TRUE(refused.ok());
   EXPECT_THAT(*refused, HasSubstr("PERMISSION_DENIED"));
   EXPECT_THAT(*refused, HasSubstr("'127.0.0.1:"));
+  // The same endpoint from the environment (FEDGATHER_PEER_LISTEN, the name
+  // the Python backend reads) reaches the server alike.
+  const std::string env_err = cluster.dir() + "/env-refused.txt";
+  EXPECT_EQ(
+      WaitExit(StartJoin(cluster, 0, 2, in[0], cluster.dir() + "/o0", env_err,
+                         {}, {"FEDGATHER_PEER_LISTEN=127.0.0.1:0"})),
+      1);
+  absl::StatusOr<std::string> env_refused = ReadFileToString(env_err);
+  ASSERT_TRUE(env_refused.ok());
+  EXPECT_THAT(*env_refused, HasSubstr("PERMISSION_DENIED"));
+  EXPECT_THAT(*env_refused, HasSubstr("'127.0.0.1:"));
   // A wildcard listener with no advertised address is refused locally.
   const std::string wildcard_err = cluster.dir() + "/wildcard.txt";
   EXPECT_EQ(WaitExit(StartJoin(cluster, 0, 2, in[0], cluster.dir() + "/o0",

@@ -78,7 +78,7 @@ class Netns {
                 "dev", site_end}),
             Ip({"-n", server_ns(), "link", "set", server_end, "up"}),
             Ip({"-n", ns, "link", "set", site_end, "up"}),
-            Ip({"-n", ns, "route", "add", "default", "via",
+            Ip({"-n", ns, "route", "replace", "default", "via",
                 absl::StrCat("10.201.", net, ".1")})}) {
         if (!error.empty()) return error;
       }
@@ -89,7 +89,14 @@ class Netns {
   // Cut sets both ends of site network `net`'s link down; Restore sets
   // them up again.
   void Cut(int net) { SetLink(net, "down"); }
-  void Restore(int net) { SetLink(net, "up"); }
+  // Taking a link down drops the routes through it, so Restore puts the
+  // site's default route back too.
+  void Restore(int net) {
+    SetLink(net, "up");
+    EXPECT_EQ(Ip({"-n", net == 1 ? ns_a() : ns_b(), "route", "replace",
+                  "default", "via", absl::StrCat("10.201.", net, ".1")}),
+              "");
+  }
   // Shape limits both directions of site network `net`'s link to `mbit`
   // Mbit/s (HTB on each end), so that what crosses it takes a while.
   std::string Shape(int net, int mbit) {
@@ -206,6 +213,9 @@ class NetworkCutTest : public ::testing::Test {
     }
     for (Participant* p : round) {
       EXPECT_EQ(cluster_->Exit(*p, absl::Seconds(60)), 0) << cluster_->Log(*p);
+      if (direct) {
+        EXPECT_THAT(cluster_->Log(*p), HasSubstr("on the direct plane"));
+      }
     }
     for (Participant* p : round) {
       cluster_->ExpectGathered(*p, {round[0], round[1], round[2]});

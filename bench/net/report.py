@@ -70,7 +70,7 @@ def section(out, rows):
     lines += [f"Measured {env[0].split(': ', 1)[1]} on {env[1].split(': ', 1)[1]}. "
               f"{env[2].split(': ', 1)[1]}. TCP {env[3].split(': ', 1)[1]} "
               "(the host's: a namespace cannot choose another here).", ""]
-    lines += ["Rerun: `bench/net/run.sh` (root; about 12 minutes). One network namespace per "
+    lines += ["Rerun: `bench/net/run.sh` (root; about 15 minutes). One network namespace per "
               "participant and one for the server, veth pairs to a bridge, each link shaped "
               "by HTB in both directions with a queue of NET_QUEUE_MS of its rate "
               "(bench/net/netns.sh). The peers' method "

@@ -11,7 +11,7 @@
 # (../shared/bench/peers/README.md), and its machine CPU use (/proc/stat,
 # 1.0 = every core busy) is recorded beside it.
 #
-#   bench/net/run.sh                 # needs root; about 12 minutes
+#   bench/net/run.sh                 # needs root; about 15 minutes
 #   SMOKE=1 bench/net/run.sh         # 2 ranks, 1 MiB, fedgather only (the suite's check)
 #
 # Environment knobs (defaults in brackets):

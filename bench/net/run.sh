@@ -61,7 +61,12 @@ skip() { echo "bench/net: skipped: $*" >&2; exit 77; }
 [ "$(id -u)" = 0 ] || skip "needs root (ip netns, tc)"
 { command -v ip && command -v tc; } > /dev/null || skip "needs iproute2 (ip, tc)"
 ip netns add "$NET_PREFIX-probe" 2> /dev/null || skip "cannot make a network namespace here"
+probe_ok=1
+{ ip -n "$NET_PREFIX-probe" link add name probe0 type veth peer name probe1 &&
+    tc -n "$NET_PREFIX-probe" qdisc add dev probe0 root handle 1: htb &&
+    tc -n "$NET_PREFIX-probe" qdisc add dev probe1 root bfifo limit 1000; } 2> /dev/null || probe_ok=0
 ip netns del "$NET_PREFIX-probe"
+[ "$probe_ok" = 1 ] || skip "this kernel cannot make veth pairs or shape them (htb, bfifo)"
 [ -x "$BENCH" ] || { echo "bench/net: no $BENCH (build it first)" >&2; exit 2; }
 
 mkdir -p "$OUT"

@@ -276,7 +276,9 @@ TEST_F(NetworkCutTest, ALongCutMidRingOnTheDirectPlaneFailsTheOthersAlike) {
   StartCluster({});
   // At 200 Mbit/s the 64 MiB that cross link 2 each way in the ring (two
   // 32 MiB parts) take about 3 s.
-  ASSERT_EQ(netns_.Shape(2, 200), "");
+  if (std::string why = netns_.Shape(2, 200); !why.empty()) {
+    GTEST_SKIP() << "cannot shape a link here (HTB): " << why;
+  }
   Participant& a = Join(0, 32 * kMiB, 41, /*direct=*/true);
   Participant& site2 = Join(1, 32 * kMiB, 42, /*direct=*/true);
   Participant& c = Join(2, 32 * kMiB, 43, /*direct=*/true);

@@ -10,6 +10,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "client/peer/bruck_all_gather.h"
+#include "client/peer/gather_all_reduce.h"
+#include "client/peer/op_algorithm.h"
 #include "client/peer/ring_all_gather.h"
 #include "client/peer/ring_all_reduce.h"
 #include "client/relay_data_plane.h"
@@ -48,6 +51,7 @@ class DirectStream : public FrameStream, public FrameHandler {
         world_(static_cast<int>(ring->identities.size())),
         mine_(scratch->mine),
         out_(scratch->parts),
+        gathered_(scratch->gathered),
         accumulators_(scratch->accumulators),
         fingerprints_(world_),
         weights_(world_, 1.0),
@@ -296,6 +300,10 @@ class DirectStream : public FrameStream, public FrameHandler {
       total += sizes_[r];
     }
     out_.resize(op_ == v1::ALL_REDUCE ? sizes_[rank_] : total);
+    algorithm_ = ChooseOpAlgorithm(op_, sizes_);
+    if (op_ == v1::ALL_REDUCE && algorithm_ == OpAlgorithm::kLogSteps) {
+      gathered_.resize(sizes_[rank_] * static_cast<size_t>(world_));
+    }
     ring_thread_ = std::thread([this] { RunRing(); });
   }
 
@@ -305,26 +313,32 @@ class DirectStream : public FrameStream, public FrameHandler {
     ring_options.chunk_bytes = options_.ring_chunk_bytes;
     ring_options.stall_timeout = options_.stall_timeout;
     ring_options.forward_hook = options_.forward_hook;
-    PeerLink* const to_next = ring_->to_next.get();
-    PeerLink* const from_prev = ring_->from_prev.get();
-    const int64_t sent_before = to_next ? to_next->bytes_sent() : 0;
-    const int64_t received_before = from_prev ? from_prev->bytes_received() : 0;
+    const std::vector<PeerLink*> to = ring_->to_links();
+    const std::vector<PeerLink*> from = ring_->from_links();
+    const int64_t sent_before = ring_->bytes_sent();
+    const int64_t received_before = ring_->bytes_received();
+    const bool log_steps = algorithm_ == OpAlgorithm::kLogSteps;
     absl::Status status;
     if (mine_.size() != sizes_[rank_]) {
       status = absl::InternalError("this rank's part is incomplete");
+    } else if (op_ == v1::ALL_REDUCE && log_steps) {
+      status = GatherAllReduce(rank_, fingerprints_[rank_], reduce_, weights_,
+                               mine_.data(), gathered_.data(), out_.data(), to,
+                               from, ring_options, &accumulators_);
     } else if (op_ == v1::ALL_REDUCE) {
-      status =
-          RingAllReduce(rank_, fingerprints_[rank_], reduce_, weights_,
-                        mine_.data(), out_.data(), ring_->to_next.get(),
-                        ring_->from_prev.get(), ring_options, &accumulators_);
+      status = RingAllReduce(rank_, fingerprints_[rank_], reduce_, weights_,
+                             mine_.data(), out_.data(), ring_->to_next(),
+                             ring_->from_prev(), ring_options, &accumulators_);
+    } else if (log_steps) {
+      status = BruckAllGather(rank_, sizes_, mine_.data(), out_.data(), to,
+                              from, ring_options);
     } else {
-      status = RingAllGather(rank_, sizes_, mine_.data(), out_.data(),
-                             ring_->to_next.get(), ring_->from_prev.get(),
-                             ring_options);
+      status =
+          RingAllGather(rank_, sizes_, mine_.data(), out_.data(),
+                        ring_->to_next(), ring_->from_prev(), ring_options);
     }
-    link_bytes_sent_ = to_next ? to_next->bytes_sent() - sent_before : 0;
-    link_bytes_received_ =
-        from_prev ? from_prev->bytes_received() - received_before : 0;
+    link_bytes_sent_ = ring_->bytes_sent() - sent_before;
+    link_bytes_received_ = ring_->bytes_received() - received_before;
     bool release = false;
     std::optional<v1::Commit> verdict_claims;
     {
@@ -350,8 +364,7 @@ class DirectStream : public FrameStream, public FrameHandler {
       stopped_ = true;
       if (ring_started_ && !ring_done_) {
         // RunRing releases the hold once the aborted links return.
-        if (ring_->to_next != nullptr) ring_->to_next->Abort();
-        if (ring_->from_prev != nullptr) ring_->from_prev->Abort();
+        ring_->Abort();
       } else {
         release = !verdict_started_;
       }
@@ -397,27 +410,42 @@ class DirectStream : public FrameStream, public FrameHandler {
     WriteToServer(EncodeFrame(frame), /*delivery=*/true);
   }
 
-  // CheckParts hashes every part the ring brought and compares it with
-  // its rank's claim.
+  // CheckParts hashes every part the op brought (an all_reduce's
+  // contributions, when they were gathered whole) and compares it with its
+  // rank's claim.
   absl::Status CheckParts(const v1::Commit& claims) const {
+    const bool gathered_reduce =
+        op_ == v1::ALL_REDUCE && algorithm_ == OpAlgorithm::kLogSteps;
     for (const v1::RankDigest& claim : claims.contributions()) {
       const int r = static_cast<int>(claim.rank());
-      if (r == rank_ || r >= world_ || !Carries(r)) continue;
+      if (r == rank_ || r >= world_ || !(Carries(r) || gathered_reduce)) {
+        continue;
+      }
       Digest claimed;
       if (!DigestFromBytes(claim.digest(), &claimed)) {
         return absl::DataLossError(
             absl::StrCat("the claims' entry for rank ", r, " is malformed"));
       }
       const Digest received =
-          HashContent(digest_, out_.data() + offsets_[r], sizes_[r]);
+          gathered_reduce
+              ? HashContent(digest_, gathered_.data() + sizes_[r] * r,
+                            sizes_[r])
+              : HashContent(digest_, out_.data() + offsets_[r], sizes_[r]);
       if (received != claimed) {
         return absl::DataLossError(absl::StrCat(
             "rank ", r, " ('", claim.identity(), "'): its part arrived on ",
-            ring_->from_prev->name(), " hashing to ", DigestToHex(received),
+            ArrivalLink(r)->name(), " hashing to ", DigestToHex(received),
             ", but rank ", r, " claimed ", DigestToHex(claimed)));
       }
     }
     return absl::OkStatus();
+  }
+
+  // ArrivalLink: the link rank r's part arrived on.
+  const PeerLink* ArrivalLink(int r) const {
+    if (algorithm_ == OpAlgorithm::kRing) return ring_->from_prev();
+    const int distance = (rank_ - r + world_) % world_;
+    return ring_->from[BruckArrivalStep(distance)].get();
   }
 
   // HandOver gives the handler every other rank's part, or an
@@ -484,7 +512,9 @@ class DirectStream : public FrameStream, public FrameHandler {
   // Fixed when the ring starts; the ring thread and the verdict read them.
   std::vector<size_t> sizes_;
   std::vector<size_t> offsets_;
+  OpAlgorithm algorithm_ = OpAlgorithm::kRing;
   std::vector<char>& out_;           // the plane's scratch, every part
+  std::vector<char>& gathered_;      // the plane's scratch
   std::vector<char>& accumulators_;  // the plane's scratch
   std::thread ring_thread_;
   // What the ring moved on this rank's two links (the ring thread writes

@@ -3,9 +3,11 @@
 // op. The server still takes every rank's header, its end (the digest it
 // claims for its part) and its Delivery, and sends the other ranks'
 // headers, the claims and the commit; the bytes themselves go round the
-// epoch's ring of peer links (PeerRing), never through the server: the
-// all_gather family's parts and a broadcast's root's part by RingAllGather
-// (for a broadcast, a chain from the root), an all_reduce by RingAllReduce.
+// epoch's peer links (PeerRing), never through the server: the all_gather
+// family's parts and a broadcast's root's part by RingAllGather (for a
+// broadcast, a chain from the root), an all_reduce by RingAllReduce, or,
+// for small parts (ChooseOpAlgorithm, client/peer/op_algorithm.h), by
+// BruckAllGather and GatherAllReduce in log steps.
 //
 // Each FrameStream wraps one Collective stream to the server, opened with
 // a hold (RelayDataPlane::OpenHeld), and speaks the collective's frames to its
@@ -61,7 +63,8 @@ struct DirectPlaneOptions {
 struct DirectScratch {
   std::string mine;
   std::vector<char> parts;         // or an all_reduce's result
-  std::vector<char> accumulators;  // an all_reduce's reduce-scatter
+  std::vector<char> gathered;      // a small all_reduce's contributions
+  std::vector<char> accumulators;  // an all_reduce's
 };
 
 class DirectDataPlane : public DataPlane {

@@ -284,7 +284,7 @@ class Group {
   std::unique_ptr<PeerOffer> peer_offer_;
   Session session_;  // the membership: join, heartbeats, resume, leave
   RelayDataPlane data_plane_;  // carries the collectives' bytes
-  // A direct epoch's ring links and the plane over them (null otherwise).
+  // A direct epoch's peer links and the plane over them (null otherwise).
   std::unique_ptr<PeerRing> ring_;
   std::unique_ptr<DirectDataPlane> direct_plane_;
   mutable absl::Mutex plane_mu_;

@@ -76,7 +76,7 @@ class Session {
   v1::DataPlane data_plane() const { return data_plane_; }
   const std::string& data_plane_reason() const { return data_plane_reason_; }
 
-  // ReportPeerLinks tells the server how this member's ring links went
+  // ReportPeerLinks tells the server how this member's peer links went
   // (PeerLinks: OK, or the error). UNAVAILABLE when the session is broken.
   absl::Status ReportPeerLinks(const absl::Status& links);
   // ReportPeerRefusal tells the server of a connection this member's peer

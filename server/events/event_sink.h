@@ -49,7 +49,7 @@ enum class EventKind {
                           // why): joins and new rounds are refused
   kAuditWritable,         // the audit log can be written again
   kDataPlaneChosen,       // a formed epoch's data plane was settled (its
-                          // ring links reported) or fell back to the
+                          // peer links reported) or fell back to the
                           // relay; details: the plane, why
 };
 

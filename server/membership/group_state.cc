@@ -14,7 +14,7 @@
 namespace fedgather::server {
 namespace {
 
-// How long a direct candidate waits for every member's ring links, and
+// How long a direct candidate waits for every member's peer links, and
 // what a failed report may add to the reason.
 constexpr absl::Duration kLinkReportTimeout = absl::Seconds(20);
 constexpr size_t kMaxLinkReportBytes = 1024;
@@ -376,12 +376,12 @@ void GroupState::ChooseDataPlaneLocked(absl::Time now) {
       return;
     }
   }
-  // A candidate: the members make their ring links and report them.
+  // A candidate: the members make their peer links and report them.
   data_plane_ = v1::DATA_PLANE_DIRECT;
   data_plane_reason_ =
       absl::StrCat("every member offered a peer endpoint (data_plane: ",
                    DataPlanePolicyName(config_.data_plane),
-                   "); waiting for the members' ring links");
+                   "); waiting for the members' peer links");
   links_pending_ = true;
   link_reports_.assign(world, std::nullopt);
   links_deadline_ = now + kLinkReportTimeout;
@@ -416,7 +416,7 @@ absl::Status GroupState::ReportPeerLinks(const SessionStream* session,
   for (size_t r = 0; r < link_reports_.size() && why_not.empty(); ++r) {
     if (link_reports_[r]->ok()) continue;
     why_not = absl::StrCat("rank ", r, " (", members_[r].identity,
-                           ") could not make its ring links: ",
+                           ") could not make its peer links: ",
                            absl::StatusCodeToString(link_reports_[r]->code()),
                            ": ", link_reports_[r]->message());
   }
@@ -475,7 +475,7 @@ void GroupState::SettleDataPlaneLocked(const std::string& why_not,
   if (why_not.empty()) {
     data_plane_ = v1::DATA_PLANE_DIRECT;
     data_plane_reason_ = absl::StrCat(
-        "every member offered a peer endpoint and made its ring links "
+        "every member offered a peer endpoint and made its peer links "
         "(data_plane: ",
         DataPlanePolicyName(config_.data_plane), ")");
   } else {
@@ -856,7 +856,7 @@ void GroupState::CheckTimers(absl::Time now, PendingCallbacks* callbacks) {
       if (link_reports_[r].has_value()) continue;
       SettleDataPlaneLocked(
           absl::StrCat("rank ", r, " (", members_[r].identity,
-                       ") did not report its ring links within ",
+                       ") did not report its peer links within ",
                        absl::FormatDuration(kLinkReportTimeout)),
           callbacks);
       break;

@@ -51,7 +51,7 @@ class SessionStream {
   // SendJoined delivers the formed group's view to this member.
   virtual void SendJoined(const v1::Joined& joined) = 0;
   // SendDataPlane tells this member which plane its epoch runs on, once
-  // every member reported its ring links (GroupState::ReportPeerLinks).
+  // every member reported its peer links (GroupState::ReportPeerLinks).
   virtual void SendDataPlane(const v1::DataPlaneChosen& chosen) = 0;
   // Close finishes the session with `status`.
   virtual void Close(const absl::Status& status) = 0;
@@ -169,7 +169,7 @@ class GroupState {
       const std::string& identity, const v1::CollectiveHeader& header,
       absl::Time now, PendingCallbacks* callbacks);
 
-  // ReportPeerLinks takes a member's report of its ring links (PeerLinks)
+  // ReportPeerLinks takes a member's report of its peer links (PeerLinks)
   // in an epoch that formed as a direct candidate. Once every member has
   // reported, the epoch runs direct if every report is OK, else on the
   // relay; every member is told (SessionStream::SendDataPlane) and the
@@ -230,7 +230,7 @@ class GroupState {
     std::string identity;
     bool connected = false;     // false while its broken session may resume
     std::string peer_endpoint;  // what it offered when the epoch formed
-    // What it reported its ring links moved this epoch (AddPeerLinkBytes).
+    // What it reported its peer links moved this epoch (AddPeerLinkBytes).
     int64_t peer_link_bytes_sent = 0;
     int64_t peer_link_bytes_received = 0;
   };
@@ -286,7 +286,7 @@ class GroupState {
   // and the members' offers: direct when the policy allows it, the group
   // is not a quorum group and every member offered a peer endpoint.
   void ChooseDataPlaneLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // SettleDataPlaneLocked ends a candidate's wait for ring links: direct
+  // SettleDataPlaneLocked ends a candidate's wait for peer links: direct
   // when `why_not` is empty, else the relay for that reason; every member
   // is told.
   void SettleDataPlaneLocked(const std::string& why_not,
@@ -366,7 +366,7 @@ class GroupState {
   // falls back to the relay for good when a round of the epoch fails.
   v1::DataPlane data_plane_ ABSL_GUARDED_BY(mu_) = v1::DATA_PLANE_RELAY;
   std::string data_plane_reason_ ABSL_GUARDED_BY(mu_);
-  // A direct candidate waits for every member's ring links (by rank: its
+  // A direct candidate waits for every member's peer links (by rank: its
   // report, once in) until links_deadline_; no round starts meanwhile.
   bool links_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::optional<absl::Status>> link_reports_ ABSL_GUARDED_BY(mu_);

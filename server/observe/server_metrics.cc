@@ -65,9 +65,9 @@ class StateCollectable : public prometheus::Collectable {
                  prometheus::MetricType::Gauge);
       prometheus::MetricFamily link_bytes = Family(
           "fedgather_peer_link_bytes",
-          "bytes a member of a formed epoch reported its ring link moved "
-          "this epoch: direction \"sent\" on its link to rank+1, "
-          "\"received\" on its link from rank-1 (its word, unchecked)",
+          "bytes a member of a formed epoch reported its peer links moved "
+          "this epoch: direction \"sent\" or \"received\" (its word, "
+          "unchecked)",
           prometheus::MetricType::Gauge);
       prometheus::MetricFamily buffered = Family(
           "fedgather_buffered_bytes",

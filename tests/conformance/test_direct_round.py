@@ -1,6 +1,6 @@
 """The direct data plane's control frames (docs/protocol.md, "Data planes"):
 members that offer peer endpoints form a direct epoch once each reports its
-ring links, and a direct round carries headers, claims, deliveries and the
+peer links, and a direct round carries headers, claims, deliveries and the
 commit, never a tensor byte. The server cannot see the peer links, so this
 client reports links it never made and checks only what the server does
 with the frames: who gets which header, when the claims and the commit
@@ -86,7 +86,7 @@ class DirectRoundTest(ConformanceTest):
 
     def form(self, world_size: int = 3) -> "cluster.Members":
         """Form: a direct epoch of the `direct` family, every member having
-        reported its ring links OK."""
+        reported its peer links OK."""
         members = cluster.Members(self.server, self.server.new_group("direct"),
                                   world_size, peer_endpoints=True)
         self.addCleanup(members.close)

@@ -71,13 +71,20 @@ absl::Status AllGatherEveryRank(Group& group, int round, int64_t rows,
   return absl::OkStatus();
 }
 
+// The elements of AllReduceEveryRank's tensors: 128 KiB of I64 and
+// 128 KiB of F32 go round the ring; 1 KiB of each goes in log steps
+// (client/peer/op_algorithm.h).
+constexpr int64_t kRingReduceElements = 128 * 1024 / 8;
+constexpr int64_t kLogStepReduceElements = 1024 / 8;
+
 // AllReduceEveryRank all_reduces (in place) an I64 tensor of every rank's
-// own values with SUM and an F32 tensor with MEAN, checks the sum exactly
-// and the mean against an fp64 one, and returns the mean's bytes.
+// own values with SUM and an F32 tensor with MEAN (kElements and
+// 2·kElements elements), checks the sum exactly and the mean against an
+// fp64 one, and returns the mean's bytes.
 absl::Status AllReduceEveryRank(Group& group, std::vector<float>* mean,
-                                const CollectiveOptions& options = {}) {
+                                const CollectiveOptions& options = {},
+                                int64_t kElements = kRingReduceElements) {
   const int n = group.world_size();
-  constexpr int64_t kElements = 128 * 1024 / 8;
   auto value = [](int rank, int64_t e) {
     return static_cast<int64_t>((e * 2654435761u + rank * 40503u) % 100000) -
            50000;
@@ -181,15 +188,47 @@ TEST_P(DirectPlaneTest, EveryOpIsExactAndTheServerSeesNoPayload) {
   }
   for (int r = 1; r < n; ++r) EXPECT_TRUE(means[r] == means[0]) << r;
 
+  // The same ops with small parts, which go in log steps over every link
+  // (client/peer/op_algorithm.h): an all_gather of 1.2 KiB per rank, a
+  // broadcast of 3 KiB from rank 0, an all_reduce of 1 KiB per tensor.
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllGatherEveryRank(*members.groups[r], 3, 100);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  for (const absl::Status& s : members.Run([&](int r) -> absl::Status {
+         const std::vector<uint8_t> sent = RandomBytes(3000, 92);
+         std::vector<uint8_t> got =
+             r == 0 ? sent : std::vector<uint8_t>(sent.size(), 0);
+         const MutableHostTensor t{
+             {"b", DType::kU8, {static_cast<int64_t>(got.size())}}, got.data()};
+         FG_RETURN_IF_ERROR(members.groups[r]->Broadcast({&t, 1}, 0));
+         return got == sent ? absl::OkStatus()
+                            : absl::InternalError("the broadcast differs");
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  std::vector<std::vector<float>> small_means(n);
+  for (const absl::Status& s : members.Run([&](int r) {
+         return AllReduceEveryRank(*members.groups[r], &small_means[r], {},
+                                   kLogStepReduceElements);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  for (int r = 1; r < n; ++r) {
+    EXPECT_TRUE(small_means[r] == small_means[0]) << r;
+  }
+
   // The server carried headers, claims, deliveries and commits only. On
   // the relay each rank's 256 KiB per op would have gone up to it (and
   // (N−1) times that back down to each rank, for a gather).
   const int64_t carried =
       proxy.upstream_bytes() + proxy.downstream_bytes() - before;
   // Each rank's stream carries O(N) small frames per op (the others'
-  // headers, the claims, the commit): about 1.5 KiB·N² for these five ops
-  // in all, against at least 5·N·256 KiB of payload on the relay.
-  EXPECT_LT(carried, 2048 * n * n + 8192)
+  // headers, the claims, the commit): about 1.5 KiB·N² for the first five
+  // ops in all, against at least 5·N·256 KiB of payload on the relay, and
+  // as much again for the four small ones.
+  EXPECT_LT(carried, 2 * (2048 * n * n + 8192))
       << "the server carried " << carried << " bytes";
 
   // The status names the plane, and the epoch stays direct.
@@ -204,16 +243,20 @@ TEST_P(DirectPlaneTest, EveryOpIsExactAndTheServerSeesNoPayload) {
   EXPECT_EQ(MetricValue(metrics,
                         "fedgather_data_plane{group=\"demo\",plane=\"relay\"}"),
             0);
-  // Per link: what each member reported its ring links moved. The two
-  // ends of a link count alike; every link carried at least the
+  // Per member: what it reported its peer links moved. Every byte sent
+  // was received; every member's ring link carried at least the
   // all_gather's (N−1) parts of 256 KiB.
   const auto& reported = status->groups(0).members();
   ASSERT_EQ(reported.size(), n);
+  uint64_t sent = 0;
+  uint64_t received = 0;
+  for (const v1::Member& member : reported) {
+    sent += member.peer_link_bytes_sent();
+    received += member.peer_link_bytes_received();
+  }
+  EXPECT_EQ(sent, received);
   for (int r = 0; r < n; ++r) {
     const v1::Member& member = reported[r];
-    const v1::Member& next = reported[(r + 1) % n];
-    EXPECT_EQ(member.peer_link_bytes_sent(), next.peer_link_bytes_received())
-        << "the link from rank " << r;
     EXPECT_GE(member.peer_link_bytes_sent(),
               static_cast<uint64_t>((n - 1) * kRows * 12));
     if (n == 1) EXPECT_EQ(member.peer_link_bytes_sent(), 0u);
@@ -236,23 +279,38 @@ TEST_P(DirectPlaneTest, EveryOpIsExactAndTheServerSeesNoPayload) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, DirectPlaneTest,
                          ::testing::Values(1, 2, 3, 4, 8));
 
-TEST(DirectPlaneFaultTest,
-     AFlippedForwardedByteFailsEveryRankNamingPartAndLink) {
-  TestCluster cluster(ClusterOptions(3));
+// A hostile forwarder, rank 1, on the ring (N = 3, 1.2 MB parts: it
+// forwards part 0 to rank 2) and in log steps (N = 4, 12 KB parts: it
+// forwards part 0 to rank 3 at step 1). `reporter` is the rank that
+// receives part 0 from it.
+struct ForwarderCase {
+  int world;
+  int64_t rows;
+  int reporter;
+};
+const ForwarderCase kOnTheRing{3, 100000, 2};
+const ForwarderCase kInLogSteps{4, 1000, 3};
+
+class FlippedByteTest : public ::testing::TestWithParam<ForwarderCase> {};
+
+TEST_P(FlippedByteTest, FailsEveryRankNamingPartAndLink) {
+  const ForwarderCase c = GetParam();
+  TestCluster cluster(ClusterOptions(c.world));
   OfferingMembers members(cluster, cluster.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
-  // Rank 1 forwards rank 0's part to rank 2, and flips a byte of it.
   CollectiveOptions hostile;
   hostile.direct_forward_hook = [](int part, char* data, size_t size) {
     if (part == 0 && size > 0) data[size / 2] ^= 0x01;
   };
   const std::vector<absl::Status> statuses = members.Run([&](int r) {
-    return AllGatherEveryRank(*members.groups[r], 1, 1000,
+    return AllGatherEveryRank(*members.groups[r], 1, c.rows,
                               r == 1 ? hostile : CollectiveOptions());
   });
   ExpectSameStatusEverywhere(statuses, absl::StatusCode::kDataLoss);
   const std::string message(statuses[0].message());
-  EXPECT_THAT(message, HasSubstr("rank 2 (spiffe://fedgather/site-3) reports"));
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("rank ", c.reporter,
+                                              " (spiffe://fedgather/site-",
+                                              c.reporter + 1, ") reports")));
   EXPECT_THAT(message,
               HasSubstr("rank 0 ('spiffe://fedgather/site-1'): its part"));
   EXPECT_THAT(message, HasSubstr("arrived on the link from rank 1"));
@@ -272,6 +330,41 @@ TEST(DirectPlaneFaultTest,
   EXPECT_EQ(status->groups(0).data_plane(), v1::DATA_PLANE_RELAY);
   EXPECT_THAT(status->groups(0).data_plane_reason(),
               HasSubstr("fell back to the relay after seq 0 failed"));
+}
+
+INSTANTIATE_TEST_SUITE_P(RingAndLogSteps, FlippedByteTest,
+                         ::testing::Values(kOnTheRing, kInLogSteps));
+
+TEST(DirectPlaneFaultTest,
+     ASmallAllReduceForwarderThatChangesAContributionIsNamed) {
+  // In log steps the contributions travel whole and each is checked
+  // against its rank's claim: rank 1 forwards rank 0's to rank 3 (N = 4).
+  TestCluster cluster(ClusterOptions(4));
+  OfferingMembers members(cluster, cluster.address());
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  CollectiveOptions hostile;
+  hostile.direct_forward_hook = [](int part, char* data, size_t size) {
+    if (part == 0 && size > 0) data[0] ^= 0x01;
+  };
+  const std::vector<absl::Status> statuses = members.Run([&](int r) {
+    std::vector<float> mean;
+    return AllReduceEveryRank(*members.groups[r], &mean,
+                              r == 1 ? hostile : CollectiveOptions(),
+                              kLogStepReduceElements);
+  });
+  ExpectSameStatusEverywhere(statuses, absl::StatusCode::kDataLoss);
+  const std::string message(statuses[0].message());
+  EXPECT_THAT(message, HasSubstr("rank 3 (spiffe://fedgather/site-4) reports"));
+  EXPECT_THAT(message,
+              HasSubstr("rank 0 ('spiffe://fedgather/site-1'): its part"));
+  EXPECT_THAT(message, HasSubstr("arrived on the link from rank 1"));
+  for (const absl::Status& s : members.Run([&](int r) {
+         std::vector<float> mean;
+         return AllReduceEveryRank(*members.groups[r], &mean, {},
+                                   kLogStepReduceElements);
+       })) {
+    EXPECT_TRUE(s.ok()) << s;
+  }
 }
 
 TEST(DirectPlaneFaultTest,
@@ -361,8 +454,11 @@ TEST(DirectPlaneFaultTest, ALinkCutMidRingFailsEveryRankWithOneStatus) {
   }
 }
 
-TEST(DirectPlaneFaultTest, AHungForwarderFailsEveryRankWithOneStatus) {
-  TestCluster cluster(ClusterOptions(3));
+class HungForwarderTest : public ::testing::TestWithParam<ForwarderCase> {};
+
+TEST_P(HungForwarderTest, FailsEveryRankWithOneStatus) {
+  const ForwarderCase c = GetParam();
+  TestCluster cluster(ClusterOptions(c.world));
   OfferingMembers members(cluster, cluster.address());
   ASSERT_FALSE(::testing::Test::HasFailure());
   // Rank 1 hangs past the stall timeout (5 s) before it forwards.
@@ -372,7 +468,7 @@ TEST(DirectPlaneFaultTest, AHungForwarderFailsEveryRankWithOneStatus) {
   };
   const absl::Time start = absl::Now();
   const std::vector<absl::Status> statuses = members.Run([&](int r) {
-    return AllGatherEveryRank(*members.groups[r], 1, 1000,
+    return AllGatherEveryRank(*members.groups[r], 1, c.rows,
                               r == 1 ? hung : CollectiveOptions());
   });
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
@@ -387,6 +483,9 @@ TEST(DirectPlaneFaultTest, AHungForwarderFailsEveryRankWithOneStatus) {
     EXPECT_TRUE(s.ok()) << s;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(RingAndLogSteps, HungForwarderTest,
+                         ::testing::Values(kOnTheRing, kInLogSteps));
 
 // AuditAfterLeaving has the members leave and stops the server, which
 // closes its audit log (written by a thread of its own), then reads it.
@@ -455,7 +554,7 @@ TEST(DirectPlaneChoiceTest, AutoRunsOnTheRelayWhenALinkCannotConnect) {
       cluster, cluster.address(), [&](int r, JoinOptions& o) {
         if (r == 2) o.peer_advertise = absl::StrCat("127.0.0.1:", closed_port);
       });
-  ExpectRelayEverywhere(members, "could not make its ring links");
+  ExpectRelayEverywhere(members, "could not make its peer links");
 }
 
 TEST(DirectPlaneChoiceTest,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/peer/peer_dial.h"
+#include "client/peer/peer_ring.h"
 #include "gtest/gtest.h"
 
 namespace fedgather::testing {
@@ -44,14 +45,32 @@ PeerSocket ListenOnLoopback() {
   return socket.ok() ? *std::move(socket) : PeerSocket();
 }
 
+std::vector<PeerLink*> TestRing::to_links(int r) const {
+  std::vector<PeerLink*> links;
+  for (const std::unique_ptr<PeerLink>& link : to[r])
+    links.push_back(link.get());
+  return links;
+}
+
+std::vector<PeerLink*> TestRing::from_links(int r) const {
+  std::vector<PeerLink*> links;
+  for (const std::unique_ptr<PeerLink>& link : from[r]) {
+    links.push_back(link.get());
+  }
+  return links;
+}
+
 TestRing MakeRing(const PeerTestPki& pki, int world) {
   TestRing ring;
   std::vector<std::string> identities;
   for (int r = 0; r < world; ++r)
     identities.push_back(absl::StrCat("site-", r));
-  ring.to_next.resize(world);
-  ring.from_prev.resize(world);
+  const int steps = LogSteps(world);
+  ring.to.resize(world);
+  ring.from.resize(world);
   for (int r = 0; r < world; ++r) {
+    ring.to[r].resize(steps);
+    ring.from[r].resize(steps);
     ring.tls.push_back(pki.Tls(identities[r]));
     absl::StatusOr<std::unique_ptr<PeerListener>> listener =
         PeerListener::Start(ring.tls[r], ListenOnLoopback(),
@@ -60,31 +79,34 @@ TestRing MakeRing(const PeerTestPki& pki, int world) {
     ring.listeners.push_back(*std::move(listener));
     ring.listeners[r]->ExpectEpoch("g", 1, r, identities);
   }
-  if (world == 1) return ring;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   std::vector<std::thread> dials;
   for (int r = 0; r < world; ++r) {
-    dials.emplace_back([&, r] {
-      const int next = (r + 1) % world;
-      v1::PeerLinkHello hello;
-      hello.set_group("g");
-      hello.set_epoch(1);
-      hello.set_from_rank(r);
-      hello.set_to_rank(next);
-      absl::StatusOr<std::unique_ptr<PeerLink>> link =
-          DialPeerLink(*ring.tls[r],
-                       absl::StrCat("127.0.0.1:", ring.listeners[next]->port()),
-                       hello, identities[next], deadline);
-      EXPECT_TRUE(link.ok()) << link.status();
-      if (link.ok()) ring.to_next[r] = *std::move(link);
-    });
+    for (int k = 0; k < steps; ++k) {
+      dials.emplace_back([&, r, k] {
+        const int to = (r + (1 << k)) % world;
+        v1::PeerLinkHello hello;
+        hello.set_group("g");
+        hello.set_epoch(1);
+        hello.set_from_rank(r);
+        hello.set_to_rank(to);
+        absl::StatusOr<std::unique_ptr<PeerLink>> link =
+            DialPeerLink(*ring.tls[r],
+                         absl::StrCat("127.0.0.1:", ring.listeners[to]->port()),
+                         hello, identities[to], deadline);
+        EXPECT_TRUE(link.ok()) << link.status();
+        if (link.ok()) ring.to[r][k] = *std::move(link);
+      });
+    }
   }
   for (std::thread& t : dials) t.join();
   for (int r = 0; r < world; ++r) {
-    absl::StatusOr<std::unique_ptr<PeerLink>> link =
-        ring.listeners[r]->Take("g", 1, (r + world - 1) % world, deadline);
-    EXPECT_TRUE(link.ok()) << link.status();
-    if (link.ok()) ring.from_prev[r] = *std::move(link);
+    for (int k = 0; k < steps; ++k) {
+      absl::StatusOr<std::unique_ptr<PeerLink>> link = ring.listeners[r]->Take(
+          "g", 1, ((r - (1 << k)) % world + world) % world, deadline);
+      EXPECT_TRUE(link.ok()) << link.status();
+      if (link.ok()) ring.from[r][k] = *std::move(link);
+    }
   }
   return ring;
 }

@@ -36,13 +36,26 @@ class PeerTestPki {
 PeerSocket ListenOnLoopback();
 
 // N members "site-0".."site-N-1" of group "g" epoch 1, each with a
-// listener on 127.0.0.1:0, and the ring's links: to_next[r] is rank r's
-// link to rank r+1, from_prev[r] its link from rank r-1 (none when N = 1).
+// listener on 127.0.0.1:0, and the links of a PeerRing
+// (client/peer/peer_ring.h): to[r][k] is rank r's link to rank r+2^k,
+// from[r][k] its link from rank r-2^k, for every k with 2^k < N (none when
+// N = 1); k = 0 is the ring.
 struct TestRing {
   std::vector<std::shared_ptr<const PeerTls>> tls;
   std::vector<std::unique_ptr<PeerListener>> listeners;
-  std::vector<std::unique_ptr<PeerLink>> to_next;
-  std::vector<std::unique_ptr<PeerLink>> from_prev;
+  std::vector<std::vector<std::unique_ptr<PeerLink>>> to;
+  std::vector<std::vector<std::unique_ptr<PeerLink>>> from;
+
+  // Rank r's ring links (null when N = 1).
+  PeerLink* to_next(int r) const {
+    return to[r].empty() ? nullptr : to[r][0].get();
+  }
+  PeerLink* from_prev(int r) const {
+    return from[r].empty() ? nullptr : from[r][0].get();
+  }
+  // Rank r's links as plain pointers, by k.
+  std::vector<PeerLink*> to_links(int r) const;
+  std::vector<PeerLink*> from_links(int r) const;
 };
 TestRing MakeRing(const PeerTestPki& pki, int world);
 

@@ -1,16 +1,17 @@
-// ring_bench: the direct data plane's ring all_gather and all_reduce
-// (client/peer: RingAllGather; RingAllReduce of one F32 tensor with SUM) on
-// their own, N member processes over mutual-TLS peer links on 127.0.0.1,
-// measured as ../shared/bench/peers measures Gloo and MPI (its README,
-// "Method"): per size, warm-up (3, or 1 when the first took over 0.2 s), iters
-// = clamp(ceil(target / t_warm), 5, 10000) agreed by all ranks (the largest),
-// then `iters` back-to-back iterations each timed on every rank; an
-// iteration's time is the slowest rank's. The first result is checked (two
-// bytes of each part; two sums). No server, no digests, no commit: it is
-// the bytes' path alone, what the direct plane adds to a round.
+// ring_bench: the direct data plane's all_gather and all_reduce (client/
+// peer: RingAllGather and RingAllReduce of one F32 tensor with SUM, or with
+// --algorithm log_steps BruckAllGather and GatherAllReduce) on their own, N
+// member processes over mutual-TLS peer links on 127.0.0.1, measured as
+// ../shared/bench/peers measures Gloo and MPI (its README, "Method"): per size,
+// warm-up (3, or 1 when the first took over 0.2 s), iters = clamp(ceil(target /
+// t_warm), 5, 10000) agreed by all ranks (the largest), then `iters`
+// back-to-back iterations each timed on every rank; an iteration's time is the
+// slowest rank's. The first result is checked (two bytes of each part; two
+// sums). No server, no digests, no commit: it is the bytes' path alone, what
+// the direct plane adds to a round.
 //
-//   ring_bench --np 4 --sizes 4096,1048576,16777216 [--ops
-//   all_gather,all_reduce]
+//   ring_bench --np 4 --sizes 4096,1048576,16777216
+//              [--ops all_gather,all_reduce] [--algorithm ring|log_steps]
 //              [--impl NAME]
 //
 // Prints the peers' CSV:
@@ -30,8 +31,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "client/peer/bruck_all_gather.h"
+#include "client/peer/gather_all_reduce.h"
 #include "client/peer/peer_dial.h"
 #include "client/peer/peer_listener.h"
+#include "client/peer/peer_ring.h"
 #include "client/peer/peer_socket.h"
 #include "client/peer/peer_tls.h"
 #include "client/peer/ring_all_gather.h"
@@ -66,10 +70,11 @@ struct Member {
   int world = 1;
   std::vector<int> ports;
   std::unique_ptr<PeerListener> listener;
-  std::unique_ptr<PeerLink> to_next;
-  std::unique_ptr<PeerLink> from_prev;
+  bool log_steps = false;  // --algorithm log_steps
+  PeerRing links;          // every link of a PeerRing
   uint64_t op = 0;
-  std::vector<char> accumulators;  // RingAllReduce's, kept between ops
+  std::vector<char> accumulators;  // the all_reduce's, kept between ops
+  std::vector<char> gathered;      // GatherAllReduce's, kept between ops
 
   // Gather runs one all_gather of `sizes` from `mine` into `out`.
   void Gather(const std::vector<size_t>& sizes, const char* mine, char* out,
@@ -78,8 +83,11 @@ struct Member {
     options.op = ++op;
     options.chunk_bytes = chunk;
     options.stall_timeout = absl::Seconds(60);
-    absl::Status status = RingAllGather(rank, sizes, mine, out, to_next.get(),
-                                        from_prev.get(), options);
+    absl::Status status =
+        log_steps ? BruckAllGather(rank, sizes, mine, out, links.to_links(),
+                                   links.from_links(), options)
+                  : RingAllGather(rank, sizes, mine, out, links.to_next(),
+                                  links.from_prev(), options);
     if (!status.ok()) Die(status.ToString());
   }
   // Reduce runs one all_reduce (SUM) of `size` bytes of floats.
@@ -90,9 +98,15 @@ struct Member {
     options.stall_timeout = absl::Seconds(60);
     const Fingerprint tensors = {
         {"x", DType::kF32, {static_cast<int64_t>(size / 4)}}};
-    absl::Status status = RingAllReduce(
-        rank, tensors, v1::SUM, std::vector<double>(world, 1.0), mine, out,
-        to_next.get(), from_prev.get(), options, &accumulators);
+    const std::vector<double> weights(world, 1.0);
+    if (log_steps) gathered.resize(size * world);
+    absl::Status status =
+        log_steps ? GatherAllReduce(rank, tensors, v1::SUM, weights, mine,
+                                    gathered.data(), out, links.to_links(),
+                                    links.from_links(), options, &accumulators)
+                  : RingAllReduce(rank, tensors, v1::SUM, weights, mine, out,
+                                  links.to_next(), links.from_prev(), options,
+                                  &accumulators);
     if (!status.ok()) Die(status.ToString());
   }
   // AllMax returns the largest of every rank's `values` (elementwise).
@@ -217,28 +231,35 @@ void RunMember(Member& m, const std::vector<std::string>& identities,
   if (!listener.ok()) Die(listener.status().ToString());
   m.listener = *std::move(listener);
   m.listener->ExpectEpoch("bench", 1, m.rank, identities);
-  const int next = (m.rank + 1) % m.world;
+  // Every link of a PeerRing (the log-step ones too, unused by the ring,
+  // as in the data plane): dial rank + 2^k, then take rank − 2^k's.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  v1::PeerLinkHello hello;
-  hello.set_group("bench");
-  hello.set_epoch(1);
-  hello.set_from_rank(m.rank);
-  hello.set_to_rank(next);
-  for (;;) {  // the next member's listener may not be up yet
-    absl::StatusOr<std::unique_ptr<PeerLink>> link =
-        DialPeerLink(**tls, absl::StrCat("127.0.0.1:", m.ports[next]), hello,
-                     identities[next], deadline);
-    if (link.ok()) {
-      m.to_next = *std::move(link);
-      break;
+  for (int k = 0; k < LogSteps(m.world); ++k) {
+    const int to = (m.rank + (1 << k)) % m.world;
+    v1::PeerLinkHello hello;
+    hello.set_group("bench");
+    hello.set_epoch(1);
+    hello.set_from_rank(m.rank);
+    hello.set_to_rank(to);
+    for (;;) {  // that member's listener may not be up yet
+      absl::StatusOr<std::unique_ptr<PeerLink>> link =
+          DialPeerLink(**tls, absl::StrCat("127.0.0.1:", m.ports[to]), hello,
+                       identities[to], deadline);
+      if (link.ok()) {
+        m.links.to.push_back(*std::move(link));
+        break;
+      }
+      if (absl::Now() > deadline) Die(link.status().ToString());
+      absl::SleepFor(absl::Milliseconds(20));
     }
-    if (absl::Now() > deadline) Die(link.status().ToString());
-    absl::SleepFor(absl::Milliseconds(20));
   }
-  absl::StatusOr<std::unique_ptr<PeerLink>> from =
-      m.listener->Take("bench", 1, (m.rank + m.world - 1) % m.world, deadline);
-  if (!from.ok()) Die(from.status().ToString());
-  m.from_prev = *std::move(from);
+  for (int k = 0; k < LogSteps(m.world); ++k) {
+    absl::StatusOr<std::unique_ptr<PeerLink>> from = m.listener->Take(
+        "bench", 1, ((m.rank - (1 << k)) % m.world + m.world) % m.world,
+        deadline);
+    if (!from.ok()) Die(from.status().ToString());
+    m.links.from.push_back(*std::move(from));
+  }
 
   for (const std::string& op : ops) {
     for (size_t size : sizes) {
@@ -263,6 +284,11 @@ int Main(int argc, char** argv) {
   app.add_option("--impl", impl, "the CSV's impl column");
   app.add_option("--target-s", target_s, "timed work per size, seconds");
   app.add_option("--chunk-bytes", chunk, "ring chunk size");
+  std::string algorithm = "ring";
+  app.add_option("--algorithm", algorithm,
+                 "ring (RingAllGather, RingAllReduce) or log_steps "
+                 "(BruckAllGather, GatherAllReduce)")
+      ->check(CLI::IsMember({"ring", "log_steps"}));
   CLI11_PARSE(app, argc, argv);
   std::vector<size_t> sizes;
   for (absl::string_view s : absl::StrSplit(sizes_text, ',')) {
@@ -302,6 +328,7 @@ int Main(int argc, char** argv) {
       m.rank = r;
       m.world = world;
       m.ports = ports;
+      m.log_steps = algorithm == "log_steps";
       RunMember(m, identities, files[r], ops, sizes, impl, target_s, chunk);
       std::_Exit(0);  // skip the static destructors of the parent's copy
     }

@@ -259,7 +259,9 @@ TEST_P(DirectPlaneTest, EveryOpIsExactAndTheServerSeesNoPayload) {
     const v1::Member& member = reported[r];
     EXPECT_GE(member.peer_link_bytes_sent(),
               static_cast<uint64_t>((n - 1) * kRows * 12));
-    if (n == 1) EXPECT_EQ(member.peer_link_bytes_sent(), 0u);
+    if (n == 1) {
+      EXPECT_EQ(member.peer_link_bytes_sent(), 0u);
+    }
     EXPECT_EQ(
         MetricValue(metrics, absl::StrCat("fedgather_peer_link_bytes{group="
                                           "\"demo\",rank=\"",

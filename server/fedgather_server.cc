@@ -237,7 +237,7 @@ int FedgatherServer::metrics_port() const {
   return metrics_ != nullptr ? metrics_->port() : 0;
 }
 
-int FedgatherServer::Drain(absl::Duration timeout) {
+FedgatherServer::Drained FedgatherServer::Drain(absl::Duration timeout) {
   {
     PendingCallbacks callbacks;
     registry_->Drain(absl::UnavailableError(
@@ -255,8 +255,12 @@ int FedgatherServer::Drain(absl::Duration timeout) {
   while (registry_->RoundsInFlight() > 0 && clock->Now() < deadline) {
     clock->SleepFor(absl::Milliseconds(20));
   }
+  Drained drained;
   const int late = registry_->RoundsInFlight();
-  if (late > 0) {
+  if (!options_.limits.state_dir.empty()) {
+    drained.rounds_kept = late;
+  } else if (late > 0) {
+    drained.rounds_failed = late;
     PendingCallbacks callbacks;
     registry_->FailRounds(
         absl::StatusCode::kUnavailable,
@@ -265,7 +269,7 @@ int FedgatherServer::Drain(absl::Duration timeout) {
                      ") ran out; the server is shutting down"),
         &callbacks);
   }
-  return late;
+  return drained;
 }
 
 absl::Status FedgatherServer::Shutdown(absl::Duration grace) {

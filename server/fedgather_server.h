@@ -104,12 +104,19 @@ class FedgatherServer {
   void Wait();
 
   // Drain prepares a graceful stop: the health service says NOT_SERVING,
-  // new joins are refused, no group starts a new round, and rounds in
-  // flight get until `timeout` to finish; those still in flight then fail
-  // on every rank with UNAVAILABLE naming the drain timeout. Each epoch
-  // ends once its rounds are over. Returns how many rounds it failed.
-  // Blocks; call Shutdown after it.
-  int Drain(absl::Duration timeout);
+  // new joins are refused, and rounds in flight get until `timeout` to
+  // finish. Without a state directory no group starts a new round, rounds
+  // still in flight at `timeout` fail on every rank with UNAVAILABLE naming
+  // the drain timeout, and each epoch ends once its rounds are over. With
+  // one (limits.state_dir) nothing ends: the epochs and the rounds still in
+  // flight stay journaled, and their members resume them against the
+  // restarted server within the resume grace (a planned restart is as
+  // resumable as a crash). Blocks; call Shutdown after it.
+  struct Drained {
+    int rounds_failed = 0;  // failed at `timeout` (no state directory)
+    int rounds_kept = 0;    // journaled in flight, to resume after a restart
+  };
+  Drained Drain(absl::Duration timeout);
 
   // Shutdown stops accepting calls, cancels open ones (after `grace`, which
   // lets streams that are finishing send their status), stops the timers,

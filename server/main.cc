@@ -202,8 +202,11 @@ int main(int argc, char** argv) {
                  "(plain HTTP; default: none)");
   app.add_option("--drain-timeout", drain_timeout,
                  "on SIGTERM or SIGINT: seconds rounds in flight get to "
-                 "finish before they are aborted (new joins and rounds are "
-                 "refused at once)")
+                 "finish (new joins are refused at once). Without "
+                 "--state-dir, new rounds are refused too and those still "
+                 "in flight are then aborted; with it, the epochs and their "
+                 "rounds stay journaled for members to resume after the "
+                 "restart")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-format", log_format,
@@ -387,14 +390,19 @@ int main(int argc, char** argv) {
   events.Log(LogLevel::kInfo,
              absl::StrCat("signal ", signal_number, ", draining (up to ",
                           drain_timeout, " s)"));
-  const int aborted = (*server)->Drain(Seconds(drain_timeout));
-  events.Log(aborted > 0 ? LogLevel::kWarning : LogLevel::kInfo,
-             absl::StrCat("drained",
-                          aborted > 0 ? absl::StrCat("; aborted ", aborted,
-                                                     " round(s) still in "
-                                                     "flight")
-                                      : "",
-                          ", stopping"));
+  const fedgather::server::FedgatherServer::Drained drained =
+      (*server)->Drain(Seconds(drain_timeout));
+  std::string outcome;
+  if (drained.rounds_failed > 0) {
+    outcome = absl::StrCat("; aborted ", drained.rounds_failed,
+                           " round(s) still in flight");
+  } else if (drained.rounds_kept > 0) {
+    outcome = absl::StrCat("; kept ", drained.rounds_kept,
+                           " round(s) still in flight in --state-dir, for "
+                           "members to resume after the restart");
+  }
+  events.Log(drained.rounds_failed > 0 ? LogLevel::kWarning : LogLevel::kInfo,
+             absl::StrCat("drained", outcome, ", stopping"));
   absl::Status closed = (*server)->Shutdown(absl::Seconds(2));
   if (!closed.ok()) {
     events.Log(LogLevel::kError, absl::StrCat("audit log: ", closed.message()));

@@ -60,9 +60,10 @@ class GroupRegistry {
   // Snapshots describes every group the policy lists, by name.
   std::vector<GroupState::Snapshot> Snapshots() const;
 
-  // Drain closes every group for a shutdown (GroupState::Drain) and makes
-  // draining() true, after which new joins are refused (resumes of a formed
-  // epoch are not). FailRounds fails every round in flight
+  // Drain prepares every group for a shutdown (GroupState::Drain: with a
+  // state_dir their epochs go on, for members to resume after the restart)
+  // and makes draining() true, after which new joins are refused (resumes of
+  // a formed epoch are not). FailRounds fails every round in flight
   // (GroupState::FailRounds). RoundsInFlight counts them.
   void Drain(const absl::Status& why, PendingCallbacks* callbacks);
   bool draining() const { return draining_.load(); }

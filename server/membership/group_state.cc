@@ -982,6 +982,7 @@ std::vector<uint64_t> GroupState::FailRounds(absl::StatusCode code,
 void GroupState::Drain(const absl::Status& why, PendingCallbacks* callbacks) {
   absl::MutexLock lock(&mu_);
   RefuseWaitingLocked([&](const Waiting&) { return why; }, callbacks);
+  if (journal_ != nullptr) return;  // the epoch outlives this process
   if (formed_ && closing_.ok()) {
     closing_ = why;
     if (rounds_.InFlightCount() == 0) {

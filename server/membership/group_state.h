@@ -219,10 +219,12 @@ class GroupState {
   std::vector<uint64_t> FailRounds(absl::StatusCode code, absl::string_view why,
                                    PendingCallbacks* callbacks);
 
-  // Drain closes the group for a shutdown: identities waiting for it to
-  // form are refused with `why`, a formed epoch starts no new round (a new
-  // seq gets `why`), and once its rounds in flight are over the epoch ends
-  // with `why`.
+  // Drain prepares the group for a shutdown: identities waiting for it to
+  // form are refused with `why`. Without a journal (no limits.state_dir) a
+  // formed epoch starts no new round (a new seq gets `why`), and once its
+  // rounds in flight are over the epoch ends with `why`. With one the epoch
+  // goes on: it and its rounds are journaled, so its members resume them
+  // against the restarted server within the resume grace.
   void Drain(const absl::Status& why, PendingCallbacks* callbacks);
 
   // Snapshot is the group's state for a status report.

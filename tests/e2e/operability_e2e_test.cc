@@ -184,7 +184,9 @@ TEST(DrainTest, TheRoundInFlightFinishesThenTheEpochEnds) {
   std::thread drain;
   std::vector<absl::Status> status = RunWithRankOneLate(cluster, members, [&] {
     drain = std::thread(
-        [&] { aborted = cluster.server().Drain(absl::Seconds(30)); });
+        [&] {
+          aborted = cluster.server().Drain(absl::Seconds(30)).rounds_failed;
+        });
     // The health service says so at once, and new joins are refused.
     absl::Status health = probe->CheckHealth();
     for (int i = 0; i < 500 && health.ok(); ++i) {
@@ -213,7 +215,7 @@ TEST(DrainTest, PastTheDrainTimeoutEveryRankGetsUnavailable) {
   TestCluster cluster(2);
   Members members(cluster);
   std::vector<absl::Status> status = RunWithRankOneLate(cluster, members, [&] {
-    EXPECT_EQ(cluster.server().Drain(absl::Milliseconds(300)), 1);
+    EXPECT_EQ(cluster.server().Drain(absl::Milliseconds(300)).rounds_failed, 1);
   });
   // Rank 0's round failed; rank 1 came after its epoch had ended.
   for (int r = 0; r < 2; ++r) {

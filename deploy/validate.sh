@@ -74,6 +74,7 @@ fi
 command -v kubectl >/dev/null || apt_install kubernetes-client
 command -v yamllint >/dev/null || apt_install yamllint
 have_package python3-yaml || apt_install python3-yaml
+command -v openssl >/dev/null || apt_install openssl
 { command -v node >/dev/null && command -v npm >/dev/null; } || apt_install nodejs npm
 # npm ci (exactly the lockfile's versions) when node_modules is missing or older than the lockfile.
 if [ ! -f "$VALIDATE_JS/node_modules/.package-lock.json" ] ||
@@ -148,11 +149,12 @@ expect_fail "compose-wrong-type.yml" "is not a valid boolean value" \
 echo "== Kubernetes: render, OpenAPI schemas, invariants"
 validate_k8s() { node "$VALIDATE_JS/validate.mjs" "$@"; }
 invariants() { "$PYTHON" "$VALIDATE_JS/check_invariants.py" "$@"; }
+render() { kubectl kustomize "$1" >"$2" 2>"$WORK/kustomize.err"; }
 for dir in deploy/k8s/base deploy/k8s/overlays/*/; do
   dir="${dir%/}"
   out="$WORK/$(echo "$dir" | tr / _).yaml"
   # Newer kustomize warns on stderr about the fields kept for kubectl 1.20's; keep stdout only.
-  if kubectl kustomize "$dir" >"$out" 2>"$WORK/kustomize.err"; then
+  if render "$dir" "$out"; then
     pass "kubectl kustomize $dir ($(grep -c '^kind:' "$out") objects)"
   else
     fail "kubectl kustomize $dir"; sed 's/^/      /' "$WORK/kustomize.err"; continue
@@ -172,24 +174,143 @@ for want in "privileged is true" "runs as UID 0" "no resources.limits.memory" "n
             "no livenessProbe"; do
   expect_fail "invariants reject k8s-privileged.yaml" "$want" invariants deploy/testdata/k8s-privileged.yaml
 done
-# Mutations of the rendered base: each must break one invariant.
-base="$WORK/deploy_k8s_base.yaml"
-grep -v 'allowPrivilegeEscalation: false' "$base" >"$WORK/mut-escalation.yaml"
-expect_fail "invariants reject the base without allowPrivilegeEscalation: false" \
-  "allowPrivilegeEscalation is not false" invariants "$WORK/mut-escalation.yaml"
-grep -v 'readOnlyRootFilesystem: true' "$base" >"$WORK/mut-rootfs.yaml"
-expect_fail "invariants reject the base without readOnlyRootFilesystem" \
-  "readOnlyRootFilesystem is not true" invariants "$WORK/mut-rootfs.yaml"
-sed 's/^  replicas: 2$/  replicas: 3/' "$base" >"$WORK/mut-replicas.yaml"
-expect_fail "invariants reject 3 site replicas with a world size of 2" \
-  "replicas 3 exceed the policy's world_size 2" invariants "$WORK/mut-replicas.yaml"
-sed 's/^  replicas: 2$/  replicas: 1/' "$base" >"$WORK/mut-secrets.yaml"
-expect_fail "invariants reject 1 site replica with 2 projected site Secrets" \
-  "all-sites projects ['fedgather-site-0', 'fedgather-site-1'], want ['fedgather-site-0']" \
-  invariants "$WORK/mut-secrets.yaml"
 
-echo "== deploy/k8s/make-secrets.sh"
-# A directory shaped like `fedgather provision` output (the script copies files; it does not parse them).
+# mutate IN OUT CODE: OUT is IN's objects after the Python statements CODE, which see `docs` (the objects),
+# obj(kind, name) (one of them), job (Job site's pod spec), site (its container site) and server (the server's
+# container).
+mutate() {
+  "$PYTHON" - "$1" "$2" "$3" <<'EOF'
+import sys
+import yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1], encoding="utf-8")) if d]
+def obj(kind, name):
+    return next(d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name)
+def named(items, name):
+    return next(i for i in items if i["name"] == name)
+job = obj("Job", "site")["spec"]["template"]["spec"]
+site = named(job["containers"], "site")
+server = named(obj("StatefulSet", "fedgather-server")["spec"]["template"]["spec"]["containers"], "server")
+exec(sys.argv[3])
+with open(sys.argv[2], "w", encoding="utf-8") as out:
+    yaml.safe_dump_all(docs, out, sort_keys=False)
+EOF
+}
+# rejects NAME TEXT CODE: the rendered base, mutated by CODE, must fail the invariants saying TEXT.
+base="$WORK/deploy_k8s_base.yaml"
+mutation=0
+rejects() {
+  mutation=$((mutation + 1))
+  mutate "$base" "$WORK/mut-$mutation.yaml" "$3"
+  expect_fail "invariants reject the base $1" "$2" invariants "$WORK/mut-$mutation.yaml"
+}
+# Each mutation of the rendered base breaks one invariant.
+rejects "without allowPrivilegeEscalation: false" "allowPrivilegeEscalation is not false" \
+  'del server["securityContext"]["allowPrivilegeEscalation"]'
+rejects "without readOnlyRootFilesystem" "readOnlyRootFilesystem is not true" \
+  'del site["securityContext"]["readOnlyRootFilesystem"]'
+# The sites (item 1 of the deploy issue): an Indexed Job that ends with its sites and fails as a whole.
+rejects "with 3 sites and a world size of 2" "completions 3 exceed the policy's world_size 2" \
+  'obj("Job", "site")["spec"].update(completions=3, parallelism=3)'
+rejects "with 1 site and 2 projected site Secrets" \
+  "all-sites projects ['fedgather-site-0', 'fedgather-site-1'], want ['fedgather-site-0']" \
+  'obj("Job", "site")["spec"].update(completions=1, parallelism=1)'
+rejects "with the sites as a StatefulSet" "the sites must be an Indexed Job" \
+  'obj("Job", "site").update(apiVersion="apps/v1", kind="StatefulSet")'
+rejects "with parallelism below completions" "parallelism 1 is not completions 2" \
+  'obj("Job", "site")["spec"]["parallelism"] = 1'
+rejects "with restartPolicy OnFailure" "restartPolicy is 'OnFailure', not Never" \
+  'job["restartPolicy"] = "OnFailure"'
+rejects "without backoffLimit" "backoffLimit is None, not set" \
+  'del obj("Job", "site")["spec"]["backoffLimit"]'
+rejects "without ttlSecondsAfterFinished" "ttlSecondsAfterFinished is None, not set" \
+  'del obj("Job", "site")["spec"]["ttlSecondsAfterFinished"]'
+rejects "without the podFailurePolicy's FailJob rule" "podFailurePolicy has no FailJob rule" \
+  'obj("Job", "site")["spec"]["podFailurePolicy"]["rules"].pop()'
+rejects "with the DisruptionTarget rule after FailJob" "DisruptionTarget rule comes after its FailJob rule" \
+  'obj("Job", "site")["spec"]["podFailurePolicy"]["rules"].reverse()'
+rejects "with a site that does not exec fedavg_site" "does not end by exec'ing the site" \
+  'site["command"][-1] = site["command"][-1].replace("exec fedavg_site", "fedavg_site")'
+rejects "with a site that idles after training" "sleep infinity: a Job's pod must end when its work does" \
+  'site["command"][-1] = site["command"][-1].replace("exec fedavg_site", "sleep infinity &\nexec fedavg_site")'
+rejects "with an init container that takes its site from the pod name" \
+  "container own-certificate: does not take its site from JOB_COMPLETION_INDEX" \
+  'c = job["initContainers"][0]; c["command"][-1] = c["command"][-1].replace("JOB_COMPLETION_INDEX", "POD_NAME")'
+rejects "with a liveness probe on the site" "container site: has a livenessProbe" \
+  'site["livenessProbe"] = {"exec": {"command": ["fedgather", "health"]}}'
+rejects "without the sites' subdomain" "subdomain is None, not a headless Service" \
+  'del job["subdomain"]'
+# The CRL (item 2).
+rejects "without --crl" "no --crl: revoking a certificate would change nothing" \
+  'server["command"] = [w for w in server["command"] if not w.startswith("--crl=")]'
+rejects "with no crl.pem in the ConfigMap" "ConfigMap fedgather-policy has no key crl.pem" \
+  'del obj("ConfigMap", "fedgather-policy")["data"]["crl.pem"]'
+rejects "with a crl.pem that is not a CRL" "neither empty nor a PEM X509 CRL" \
+  'obj("ConfigMap", "fedgather-policy")["data"]["crl.pem"] = "\n"'
+# Disruptions and shutdown (item 4).
+rejects "with a grace period equal to the drain" \
+  "terminationGracePeriodSeconds 30 is not at least 10 s more than --drain-timeout 30" \
+  'obj("StatefulSet", "fedgather-server")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 30'
+rejects "with the default drain (30 s) and a grace period of 35 s" \
+  "terminationGracePeriodSeconds 35 is not at least 10 s more than --drain-timeout 30" \
+  'server["command"] = [w for w in server["command"] if not w.startswith("--drain-timeout")]
+obj("StatefulSet", "fedgather-server")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 35'
+rejects "with a PodDisruptionBudget of minAvailable 1 over 1 replica" "minAvailable 1 >= the 1 replicas it selects" \
+  'spec = obj("PodDisruptionBudget", "fedgather-server")["spec"]; del spec["maxUnavailable"]; spec["minAvailable"] = 1'
+# DNS (item 5).
+rejects "without the sites' DNS policy" "no NetworkPolicy lets the sites reach DNS (UDP port 53)" \
+  'docs.remove(obj("NetworkPolicy", "site-egress-dns"))'
+# IPv6 and the server's headless Service (item 8).
+rejects "with the server on 0.0.0.0" "--listen is 0.0.0.0:50051, not [::]:PORT" \
+  'server["command"] = [w.replace("[::]", "0.0.0.0") if w.startswith("--listen=") else w for w in server["command"]]'
+rejects "with the sites' peer links on 0.0.0.0" "--peer-listen is '0.0.0.0:7070', not [::]:PORT" \
+  "site[\"command\"][-1] = site[\"command\"][-1].replace(\"'[::]:7070'\", \"0.0.0.0:7070\")"
+rejects "with the server's serviceName the ClusterIP Service" \
+  "serviceName fedgather-server is not a headless Service" \
+  'obj("StatefulSet", "fedgather-server")["spec"]["serviceName"] = "fedgather-server"'
+# Sites outside the cluster (item 6): mutations of the rendered external-sites overlay.
+external="$WORK/deploy_k8s_overlays_external-sites.yaml"
+mutate "$external" "$WORK/mut-external-cluster.yaml" \
+  'obj("Service", "fedgather-server-external")["spec"]["externalTrafficPolicy"] = "Cluster"'
+expect_fail "invariants reject the external-sites LoadBalancer with externalTrafficPolicy Cluster" \
+  "externalTrafficPolicy is Cluster, not Local" invariants "$WORK/mut-external-cluster.yaml"
+mutate "$external" "$WORK/mut-external-cidr.yaml" \
+  'peers = obj("NetworkPolicy", "server-ingress-external-sites")["spec"]["ingress"][0]["from"]
+peers[1]["ipBlock"]["cidr"] = "203.0.113.0/24"'
+expect_fail "invariants reject external-sites ipBlocks that differ from loadBalancerSourceRanges" \
+  "differ from its loadBalancerSourceRanges" invariants "$WORK/mut-external-cidr.yaml"
+
+# The overlay knobs the README documents render with this kubectl and keep the invariants.
+knob="$WORK/knob"
+mkdir -p "$knob"
+cp deploy/k8s/dns/site-egress-dns-strict.yaml "$knob/"
+# kubectl 1.20's kustomize takes only relative bases.
+cat >"$knob/kustomization.yaml" <<EOF
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+bases:
+  - $(realpath -m --relative-to="$knob" deploy/k8s/overlays/four-sites)
+patchesStrategicMerge:
+  - site-egress-dns-strict.yaml
+images:
+  - name: fedgather/server
+    newName: registry.example.org/fedgather/server
+    newTag: "1.0"
+  - name: fedgather/fedavg-site
+    newName: registry.example.org/fedgather/fedavg-site
+    newTag: "1.0"
+EOF
+knob_ok() {
+  render "$knob" "$WORK/knob.yaml" && validate_k8s "$WORK/knob.yaml" && invariants "$WORK/knob.yaml" &&
+    # The strict DNS rule replaced the base's, and every image (3 containers, 1 init container) was renamed.
+    grep -q 'cidr: 169.254.0.0/16' "$WORK/knob.yaml" &&
+    [ "$(grep -c 'image: registry.example.org/fedgather/[a-z-]*:1.0$' "$WORK/knob.yaml")" = 3 ] &&
+    ! grep 'image:' "$WORK/knob.yaml" | grep -v registry.example.org
+}
+expect_ok "four-sites with deploy/k8s/dns/site-egress-dns-strict.yaml and images: for a registry" knob_ok
+
+echo "== deploy/k8s/make-secrets.sh, the server certificate's names, ignore files"
+# A directory shaped like `fedgather provision` output: placeholder PEM files, except the server certificate,
+# which make-secrets.sh checks with openssl.
 pki="$WORK/pki"
 for d in server site-0 site-1 site-10 ops; do
   mkdir -p "$pki/$d"
@@ -197,18 +318,80 @@ for d in server site-0 site-1 site-10 ops; do
     >"$pki/$d/$f"; done
 done
 printf 'not for the cluster\n' >"$pki/ca-key.pem"
+# server_cert NAMES: a self-signed server certificate for the DNS names NAMES (comma-separated).
+server_cert() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=fedgather-server \
+    -addext "subjectAltName=$(echo "$1" | sed 's/^/DNS:/; s/,/,DNS:/g')" \
+    -keyout "$pki/server/key.pem" -out "$pki/server/cert.pem" 2>/dev/null
+}
+server_cert fedgather-server,fedgather-server.fedgather.svc,localhost
 secrets_ok() {
-  bash deploy/k8s/make-secrets.sh "$pki" >"$WORK/secrets.yaml" &&
+  bash deploy/k8s/make-secrets.sh "$pki" --out "$WORK/secrets.yaml" &&
+    [ "$(stat -c %a "$WORK/secrets.yaml")" = 600 ] &&
     validate_k8s "$WORK/secrets.yaml" &&
     [ "$(grep '^  name:' "$WORK/secrets.yaml" | tr -d ' ' | tr '\n' ' ')" = \
       "name:fedgather-server-tls name:fedgather-site-0 name:fedgather-site-1 name:fedgather-site-10 " ] &&
     ! grep -q "$(printf 'not for the cluster\n' | base64)" "$WORK/secrets.yaml"
 }
-expect_ok "make-secrets.sh: the server and site-0, site-1, site-10 Secrets (not ops, not the CA key), valid" \
+expect_ok "make-secrets.sh: the server and site-0, site-1, site-10 Secrets (not ops, not the CA key), valid, 0600" \
   secrets_ok
+expect_fail "make-secrets.sh refuses a file in the work tree that git does not ignore" \
+  "inside the git work tree" bash deploy/k8s/make-secrets.sh "$pki" --out "$ROOT/deploy/k8s/keys.yaml"
+server_cert fedgather-server,localhost
+expect_fail "make-secrets.sh rejects a server certificate without fedgather-server.fedgather.svc" \
+  "does not name fedgather-server.fedgather.svc" bash deploy/k8s/make-secrets.sh "$pki" --stdout
+server_cert fedgather-server,fedgather-server.fedgather.svc,localhost
 rm -r "$pki/site-0" "$pki/site-1" "$pki/site-10"
 expect_fail "make-secrets.sh without site directories" "no site-N directories" \
-  bash deploy/k8s/make-secrets.sh "$pki"
+  bash deploy/k8s/make-secrets.sh "$pki" --stdout
+
+# ignores_secrets GITIGNORE DOCKERIGNORE: git ignores secrets.yaml and fedgather-secrets.yaml anywhere under
+# GITIGNORE's rules, and DOCKERIGNORE leaves them out of the build context.
+ignores_secrets() {
+  local repo="$WORK/ignore-check" name
+  rm -rf "$repo"; git init -q "$repo"; cp "$1" "$repo/.gitignore"
+  for name in secrets.yaml deploy/k8s/secrets.yaml fedgather-secrets.yaml; do
+    git -C "$repo" check-ignore -q --no-index "$name" || { echo "$1 does not ignore $name"; return 1; }
+  done
+  for pattern in '**/secrets.yaml' '**/*-secrets.yaml'; do
+    grep -qxF -- "$pattern" "$2" || { echo "$2 does not exclude $pattern"; return 1; }
+  done
+}
+if command -v git >/dev/null; then
+  expect_ok ".gitignore and .dockerignore cover secrets.yaml and *-secrets.yaml" \
+    ignores_secrets .gitignore .dockerignore
+  grep -v 'secrets' .gitignore >"$WORK/gitignore.no-secrets"
+  expect_fail "the ignore check notices a .gitignore without secrets.yaml" "does not ignore secrets.yaml" \
+    ignores_secrets "$WORK/gitignore.no-secrets" .dockerignore
+else
+  echo "   (no git: the ignore-file check is skipped)"
+fi
+
+# A PKI from `fedgather provision` with the README's --server-names: the server certificate names what the
+# sites (fedgather-server), the Service's DNS name and the probes (localhost) dial; its CRL (fedgather revoke,
+# no certificate) passes the CRL invariant in the ConfigMap.
+fedgather="$BUILD_DIR/client/fedgather"
+if [ -x "$fedgather" ]; then
+  names="$(grep -o -m1 -- '--server-names [^ ]*' deploy/k8s/README.md | cut -d' ' -f2)"
+  real="$WORK/provisioned"
+  provisioned_ok() {
+    local host
+    "$fedgather" provision --out "$real" --participants site-0,site-1 --admins ops --server-names "$names" &&
+      for host in fedgather-server.fedgather.svc fedgather-server localhost; do
+        openssl x509 -noout -in "$real/server/cert.pem" -checkhost "$host" | grep "does match certificate" ||
+          { echo "the server certificate does not name $host"; return 1; }
+      done &&
+      bash deploy/k8s/make-secrets.sh "$real" --out "$WORK/provisioned-secrets.yaml" &&
+      "$fedgather" revoke --ca-dir "$real" --crl "$real/crl.pem" &&
+      mutate "$base" "$WORK/with-crl.yaml" \
+        "obj('ConfigMap', 'fedgather-policy')['data']['crl.pem'] = open('$real/crl.pem').read()" &&
+      invariants "$WORK/with-crl.yaml"
+  }
+  expect_ok "fedgather provision with the README's --server-names: the Service's names and localhost, Secrets, CRL" \
+    provisioned_ok
+else
+  echo "   (no $fedgather: the check of a provisioned PKI is skipped)"
+fi
 
 # ---------------------------------------------------------------------------------------------------------------
 echo "== Dockerfile"
@@ -233,8 +416,8 @@ fi
 
 if command -v shellcheck >/dev/null; then
   echo "== shellcheck"
-  expect_ok "shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh" \
-    shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh
+  expect_ok "shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh deploy/k8s/e2e.sh" \
+    shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh deploy/k8s/e2e.sh
 fi
 
 echo

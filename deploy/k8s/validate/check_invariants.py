@@ -11,14 +11,33 @@ Every pod template (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, Cr
     runAsUser not 0, where the container overrides the pod) and seccomp RuntimeDefault where it sets one;
     resources requests and limits for cpu and memory;
   - every long-running container (containers of all but Jobs and CronJobs): readinessProbe and livenessProbe.
-Where the participants' StatefulSet `site` (N replicas) and the ConfigMap `fedgather-policy` are both rendered,
-they must agree: all-sites projects exactly the Secrets fedgather-site-0..N-1; the policy's group demo has
-world_size W >= N participants, among them spiffe://fedgather/site-0..N-1 (the others are sites outside the
-cluster); FEDGATHER_WORLD_SIZE is W.
+The participants, where Job `site` is rendered (a StatefulSet `site` is refused: it restarts a failed site
+forever):
+  - an Indexed Job with completions N equal to parallelism, a backoffLimit, a ttlSecondsAfterFinished,
+    restartPolicy Never and a podFailurePolicy whose FailJob rule covers every non-zero exit of container site
+    (a DisruptionTarget rule, if any, before it);
+  - the pods' subdomain is a headless Service, and the site advertises site-${JOB_COMPLETION_INDEX}.<subdomain>;
+  - the site container's script ends by exec'ing its program (no `sleep infinity`), has no probes, and it and
+    every init container take their site from JOB_COMPLETION_INDEX; it listens for peer links on [::];
+  - with ConfigMap fedgather-policy: all-sites projects exactly the Secrets fedgather-site-0..N-1; the policy's
+    group demo has world_size W >= N participants, among them spiffe://fedgather/site-0..N-1 (the others are
+    sites outside the cluster); FEDGATHER_WORLD_SIZE is W;
+  - NetworkPolicies that restrict the sites' egress let them reach port 53 over UDP and TCP (DNS).
+The server, StatefulSet fedgather-server:
+  - --listen on [::]; --crl names a file in a volume of ConfigMap fedgather-policy that holds it (empty, or a
+    PEM X509 CRL);
+  - terminationGracePeriodSeconds (default 30) at least 10 s more than --drain-timeout (default 30);
+  - serviceName names a headless Service.
+Every PodDisruptionBudget: it lets at least one pod of what it selects be evicted (minAvailable below the
+replicas, maxUnavailable not 0).
+Every LoadBalancer Service with loadBalancerSourceRanges: externalTrafficPolicy Local, and the ipBlocks of the
+NetworkPolicies admitting its pods are exactly those ranges.
 
 Prints each violation and exits 1 if there is any (or if no pod template was found), 0 otherwise, 2 on usage or
 YAML errors. Uses PyYAML (Debian's python3-yaml).
 """
+import math
+import shlex
 import sys
 
 import yaml
@@ -33,6 +52,15 @@ POD_TEMPLATE_PATHS = {
     "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 BATCH_KINDS = {"Job", "CronJob"}
+WORKLOAD_KINDS = {"Deployment", "StatefulSet", "ReplicaSet"}
+
+# The server's defaults (fedgather-server --help).
+DEFAULT_DRAIN_TIMEOUT_S = 30.0
+# Kubernetes' default terminationGracePeriodSeconds.
+DEFAULT_GRACE_S = 30
+# How much longer than the drain the kubelet must wait before SIGKILL: the server writes its final audit records
+# and signed anchor after the drain.
+GRACE_MARGIN_S = 10
 
 
 def dig(obj, *path):
@@ -41,6 +69,70 @@ def dig(obj, *path):
             return None
         obj = obj.get(key)
     return obj
+
+
+def find(objects, kind, name):
+    return next((o for o in objects if o.get("kind") == kind and dig(o, "metadata", "name") == name), None)
+
+
+def selects(selector, labels):
+    """Whether a matchLabels selector (a dict; empty selects all) selects pods with `labels`."""
+    return all((labels or {}).get(k) == v for k, v in (selector or {}).items())
+
+
+def container(pod, name):
+    return next((c for c in pod.get("containers") or [] if c.get("name") == name), None)
+
+
+def flags(c):
+    """The --name=value and --name value flags of a container's command and args, as {name: value}; for a
+    `sh -c SCRIPT` container, those of the script's last line (its words as the shell splits them, unexpanded)."""
+    words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
+    lines = logical_lines(script(c))
+    if lines:
+        try:
+            words = shlex.split(lines[-1])
+        except ValueError:
+            words = lines[-1].split()
+    out = {}
+    for i, word in enumerate(words):
+        if not word.startswith("--"):
+            continue
+        name, eq, value = word.partition("=")
+        if not eq and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            value = words[i + 1]
+        out[name] = value
+    return out
+
+
+def script(c):
+    """The text of a container's `sh -c SCRIPT` (the word after -c in command + args), or ""."""
+    words = [str(w) for w in (c.get("command") or []) + (c.get("args") or [])]
+    return words[words.index("-c") + 1] if "-c" in words[:-1] else ""
+
+
+def logical_lines(text):
+    """The script's lines with backslash continuations joined, without blank lines and comments."""
+    out, current = [], ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.endswith("\\"):
+            current += stripped[:-1] + " "
+            continue
+        current += stripped
+        if current and not current.startswith("#"):
+            out.append(current)
+        current = ""
+    if current:
+        out.append(current)
+    return out
+
+
+def seconds(text, default):
+    try:
+        return float(text) if text is not None else default
+    except ValueError:
+        return None
 
 
 def check_pod(where, kind, pod, problems):
@@ -101,17 +193,93 @@ def check_pod(where, kind, pod, problems):
                         bad(f"{cw}: no {probe}")
 
 
-def check_sites_agree(objects, problems):
-    sites = [o for o in objects if o.get("kind") == "StatefulSet" and dig(o, "metadata", "name") == "site"]
-    policies = [o for o in objects if o.get("kind") == "ConfigMap" and dig(o, "metadata", "name") == "fedgather-policy"]
-    if not sites or not policies:
+def check_site_job(objects, problems):
+    """The participants' Indexed Job `site`: how it runs, fails and names its pods."""
+    if find(objects, "StatefulSet", "site") is not None:
+        problems.append("StatefulSet site: the sites must be an Indexed Job (a StatefulSet restarts a failed site "
+                        "forever)")
+    job = find(objects, "Job", "site")
+    if job is None:
         return
-    where = "StatefulSet site / ConfigMap fedgather-policy"
-    site, policy_map = sites[0], policies[0]
-    replicas = dig(site, "spec", "replicas")
-    spec = dig(site, "spec", "template", "spec") or {}
-    container = next((c for c in spec.get("containers") or [] if c.get("name") == "site"), {})
-    env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+
+    def bad(what):
+        problems.append(f"Job site: {what}")
+
+    spec = job.get("spec") or {}
+    pod = dig(spec, "template", "spec") or {}
+    if spec.get("completionMode") != "Indexed":
+        bad(f"completionMode is {spec.get('completionMode')!r}, not Indexed (the site's identity is its index)")
+    completions, parallelism = spec.get("completions"), spec.get("parallelism")
+    if completions != parallelism:
+        bad(f"parallelism {parallelism!r} is not completions {completions!r}: every site must run at once")
+    if not isinstance(spec.get("backoffLimit"), int) or spec.get("backoffLimit") < 0:
+        bad(f"backoffLimit is {spec.get('backoffLimit')!r}, not set")
+    if not isinstance(spec.get("ttlSecondsAfterFinished"), int):
+        bad(f"ttlSecondsAfterFinished is {spec.get('ttlSecondsAfterFinished')!r}, not set")
+    if pod.get("restartPolicy") != "Never":
+        bad(f"restartPolicy is {pod.get('restartPolicy')!r}, not Never (a podFailurePolicy needs Never)")
+    rules = dig(spec, "podFailurePolicy", "rules") or []
+    fail_job = next((i for i, r in enumerate(rules)
+                     if r.get("action") == "FailJob"
+                     and dig(r, "onExitCodes", "containerName") in (None, "site")
+                     and dig(r, "onExitCodes", "operator") == "NotIn"
+                     and dig(r, "onExitCodes", "values") == [0]), None)
+    if fail_job is None:
+        bad("podFailurePolicy has no FailJob rule for every non-zero exit of container site "
+            "(onExitCodes: operator NotIn, values [0])")
+    else:
+        for i, r in enumerate(rules):
+            disruption = any(c.get("type") == "DisruptionTarget" for c in r.get("onPodConditions") or [])
+            if disruption and i > fail_job:
+                bad("podFailurePolicy's DisruptionTarget rule comes after its FailJob rule, which an evicted site's "
+                    "exit status matches first")
+
+    subdomain = pod.get("subdomain")
+    service = find(objects, "Service", subdomain) if subdomain else None
+    if service is None or dig(service, "spec", "clusterIP") != "None":
+        bad(f"subdomain is {subdomain!r}, not a headless Service: the sites' peer names would not resolve")
+    elif not selects(dig(service, "spec", "selector"), dig(spec, "template", "metadata", "labels")):
+        bad(f"the headless Service {subdomain} does not select the Job's pods")
+
+    site = container(pod, "site")
+    if site is None:
+        bad("no container site")
+        return
+    text = script(site)
+    lines = logical_lines(text)
+    if not lines or not lines[-1].startswith("exec "):
+        last = lines[-1] if lines else ""
+        bad(f"container site: its script does not end by exec'ing the site (last line: {last[:60]!r}), so the "
+            "site is not PID 1 and the Job does not end with it")
+    for c in (pod.get("initContainers") or []) + (pod.get("containers") or []):
+        if "sleep infinity" in script(c) or "sleep infinity" in " ".join(map(str, c.get("command") or [])):
+            bad(f"container {c.get('name')}: sleep infinity: a Job's pod must end when its work does")
+        if "JOB_COMPLETION_INDEX" not in script(c):
+            bad(f"container {c.get('name')}: does not take its site from JOB_COMPLETION_INDEX")
+    for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
+        if probe in site:
+            bad(f"container site: has a {probe}; a site's exit status is its result, and a probe against the "
+                "server would fail the Job when the server restarts")
+    site_flags = flags(site)
+    listen = site_flags.get("--peer-listen", "")
+    if not listen.startswith("[::]:"):
+        bad(f"container site: --peer-listen is {listen!r}, not [::]:PORT (IPv4 and IPv6)")
+    advertise = site_flags.get("--peer-advertise", "")
+    want = f"site-${{JOB_COMPLETION_INDEX}}.{subdomain}:"
+    if not advertise.startswith(want):
+        bad(f"container site: --peer-advertise is {advertise!r}, not {want}PORT (the pod's name in its subdomain)")
+
+
+def check_sites_agree(objects, problems):
+    job = find(objects, "Job", "site")
+    policy_map = find(objects, "ConfigMap", "fedgather-policy")
+    if job is None or policy_map is None:
+        return
+    where = "Job site / ConfigMap fedgather-policy"
+    completions = dig(job, "spec", "completions")
+    spec = dig(job, "spec", "template", "spec") or {}
+    site = container(spec, "site") or {}
+    env = {e.get("name"): e.get("value") for e in site.get("env") or []}
     volume = next((v for v in spec.get("volumes") or [] if v.get("name") == "all-sites"), {})
     secrets = [dig(s, "secret", "name") for s in dig(volume, "projected", "sources") or []]
     try:
@@ -120,27 +288,155 @@ def check_sites_agree(objects, problems):
         problems.append(f"{where}: policy.yaml does not parse: {err}")
         return
     group = next((g for g in (policy or {}).get("groups") or [] if g.get("name") == "demo"), None)
-    if not isinstance(replicas, int) or replicas < 1:
-        problems.append(f"{where}: replicas is {replicas!r}")
+    if not isinstance(completions, int) or completions < 1:
+        problems.append(f"{where}: completions is {completions!r}")
         return
-    want_secrets = [f"fedgather-site-{i}" for i in range(replicas)]
+    want_secrets = [f"fedgather-site-{i}" for i in range(completions)]
     if secrets != want_secrets:
         problems.append(f"{where}: all-sites projects {secrets}, want {want_secrets}")
     if group is None:
         problems.append(f"{where}: the policy has no group demo")
         return
     world_size = group.get("world_size")
-    if not isinstance(world_size, int) or replicas > world_size:
-        problems.append(f"{where}: replicas {replicas} exceed the policy's world_size {world_size!r}")
+    if not isinstance(world_size, int) or completions > world_size:
+        problems.append(f"{where}: completions {completions} exceed the policy's world_size {world_size!r}")
     if env.get("FEDGATHER_WORLD_SIZE") != str(world_size):
         problems.append(f"{where}: FEDGATHER_WORLD_SIZE is {env.get('FEDGATHER_WORLD_SIZE')!r}, "
                         f"the policy's world_size {world_size!r}")
     participants = {k for k, v in (group.get("members") or {}).items() if v == "participant"}
     if len(participants) != world_size:
         problems.append(f"{where}: the policy has {len(participants)} participants, world_size {world_size!r}")
-    missing = sorted({f"spiffe://fedgather/site-{i}" for i in range(replicas)} - participants)
+    missing = sorted({f"spiffe://fedgather/site-{i}" for i in range(completions)} - participants)
     if missing:
         problems.append(f"{where}: the policy's participants lack {missing}")
+
+
+def check_server(objects, problems):
+    server_set = find(objects, "StatefulSet", "fedgather-server")
+    if server_set is None:
+        return
+
+    def bad(what):
+        problems.append(f"StatefulSet fedgather-server: {what}")
+
+    pod = dig(server_set, "spec", "template", "spec") or {}
+    server = container(pod, "server")
+    if server is None:
+        bad("no container server")
+        return
+    f = flags(server)
+    listen = f.get("--listen", "0.0.0.0:50051")
+    if not listen.startswith("[::]:"):
+        bad(f"--listen is {listen}, not [::]:PORT (IPv4 and IPv6)")
+
+    crl = f.get("--crl")
+    if not crl:
+        bad("no --crl: revoking a certificate would change nothing")
+    else:
+        directory, _, key = crl.rpartition("/")
+        mount = next((m for m in server.get("volumeMounts") or [] if m.get("mountPath", "").rstrip("/") == directory),
+                     None)
+        volume = next((v for v in pod.get("volumes") or [] if mount and v.get("name") == mount.get("name")), None)
+        map_name = dig(volume, "configMap", "name")
+        if map_name is None:
+            bad(f"--crl={crl}: {directory} is not a mounted ConfigMap volume")
+        else:
+            items = dig(volume, "configMap", "items")
+            if items:
+                key = next((i.get("key") for i in items if i.get("path") == key), None)
+            config_map = find(objects, "ConfigMap", map_name)
+            data = (config_map or {}).get("data") or {}
+            if key not in data:
+                bad(f"--crl={crl}: ConfigMap {map_name} has no key {key}")
+            elif data[key] != "" and not data[key].lstrip().startswith("-----BEGIN X509 CRL-----"):
+                bad(f"--crl={crl}: ConfigMap {map_name}'s {key} is neither empty nor a PEM X509 CRL (the server "
+                    "would refuse to start)")
+
+    drain = seconds(f.get("--drain-timeout"), DEFAULT_DRAIN_TIMEOUT_S)
+    grace = pod.get("terminationGracePeriodSeconds", DEFAULT_GRACE_S)
+    if drain is None:
+        bad(f"--drain-timeout={f.get('--drain-timeout')} is not a number of seconds")
+    elif not isinstance(grace, int) or grace < drain + GRACE_MARGIN_S:
+        bad(f"terminationGracePeriodSeconds {grace} is not at least {GRACE_MARGIN_S} s more than --drain-timeout "
+            f"{drain:g}: the kubelet would kill the server before it finishes its audit log")
+
+    service_name = dig(server_set, "spec", "serviceName")
+    service = find(objects, "Service", service_name) if service_name else None
+    if service is None or dig(service, "spec", "clusterIP") != "None":
+        bad(f"serviceName {service_name} is not a headless Service (clusterIP: None)")
+
+
+def check_disruption_budgets(objects, problems):
+    for pdb in (o for o in objects if o.get("kind") == "PodDisruptionBudget"):
+        where = f"PodDisruptionBudget {dig(pdb, 'metadata', 'name')}"
+        selector = dig(pdb, "spec", "selector", "matchLabels") or {}
+        replicas = sum(dig(o, "spec", "replicas") if isinstance(dig(o, "spec", "replicas"), int) else 1
+                       for o in objects if o.get("kind") in WORKLOAD_KINDS
+                       and selects(selector, dig(o, "spec", "template", "metadata", "labels")))
+        if replicas == 0:
+            problems.append(f"{where}: selects no workload's pods")
+            continue
+        spec = pdb.get("spec") or {}
+        if "minAvailable" in spec:
+            value = spec["minAvailable"]
+            if isinstance(value, str) and value.endswith("%"):
+                value = math.ceil(int(value[:-1]) * replicas / 100)
+            if not isinstance(value, int) or value >= replicas:
+                problems.append(f"{where}: minAvailable {spec['minAvailable']} >= the {replicas} replicas it "
+                                "selects: no pod may ever be evicted, and every node drain blocks")
+        if "maxUnavailable" in spec and str(spec["maxUnavailable"]) in ("0", "0%"):
+            problems.append(f"{where}: maxUnavailable is {spec['maxUnavailable']}: every node drain blocks")
+
+
+def egress_ports_open(objects, labels):
+    """Which (protocol, port) the egress NetworkPolicies selecting pods with `labels` allow; None: all."""
+    policies = [p for p in objects if p.get("kind") == "NetworkPolicy"
+                and selects(dig(p, "spec", "podSelector", "matchLabels"), labels)
+                and "Egress" in (dig(p, "spec", "policyTypes") or [])]
+    if not policies:
+        return None
+    allowed = set()
+    for p in policies:
+        for rule in dig(p, "spec", "egress") or []:
+            ports = rule.get("ports")
+            if not ports:
+                return None
+            for port in ports:
+                allowed.add((port.get("protocol", "TCP"), port.get("port")))
+    return allowed
+
+
+def check_site_dns(objects, problems):
+    for job in (o for o in objects if o.get("kind") == "Job" and dig(o, "metadata", "name") == "site"):
+        allowed = egress_ports_open(objects, dig(job, "spec", "template", "metadata", "labels"))
+        if allowed is None:
+            continue
+        for protocol in ("UDP", "TCP"):
+            if (protocol, 53) not in allowed:
+                problems.append(f"Job site: no NetworkPolicy lets the sites reach DNS ({protocol} port 53); "
+                                "they could not resolve the server's or each other's names")
+
+
+def check_load_balancers(objects, problems):
+    for service in (o for o in objects if o.get("kind") == "Service" and dig(o, "spec", "type") == "LoadBalancer"):
+        ranges = dig(service, "spec", "loadBalancerSourceRanges")
+        if not ranges:
+            continue
+        where = f"Service {dig(service, 'metadata', 'name')}"
+        policy = dig(service, "spec", "externalTrafficPolicy") or "Cluster"
+        if policy != "Local":
+            problems.append(f"{where}: externalTrafficPolicy is {policy}, not Local: the pods would see a node's "
+                            "address, not the client's, and NetworkPolicy ipBlocks could not match it")
+        selector = dig(service, "spec", "selector") or {}
+        blocks = set()
+        for p in (o for o in objects if o.get("kind") == "NetworkPolicy"):
+            if not selects(dig(p, "spec", "podSelector", "matchLabels"), selector):
+                continue
+            for rule in dig(p, "spec", "ingress") or []:
+                blocks |= {dig(peer, "ipBlock", "cidr") for peer in rule.get("from") or [] if "ipBlock" in peer}
+        if blocks != set(ranges):
+            problems.append(f"{where}: the NetworkPolicy ipBlocks admitting its pods, {sorted(blocks)}, differ from "
+                            f"its loadBalancerSourceRanges {sorted(ranges)}")
 
 
 def main(argv):
@@ -172,7 +468,13 @@ def main(argv):
             continue
         pods += 1
         check_pod(where, kind, pod, problems)
+    objects = [o for o in objects if isinstance(o, dict)]
+    check_site_job(objects, problems)
     check_sites_agree(objects, problems)
+    check_site_dns(objects, problems)
+    check_server(objects, problems)
+    check_disruption_budgets(objects, problems)
+    check_load_balancers(objects, problems)
     if pods == 0:
         problems.append("no pod templates found")
     for p in problems:

@@ -35,6 +35,7 @@ struct SiteOptions {
   SplitOptions split;
   FederationOptions federation;
   double timeout_s = 300;
+  double resume_grace_s = 10;  // the client library's default
   double min_accuracy = 0;
   std::string peer_listen;     // empty: no peer endpoint (the relay)
   std::string peer_advertise;  // empty: the peer_listen address
@@ -72,6 +73,7 @@ void PrintSetup(const SiteOptions& o, const Group& group, const Split& split) {
 absl::Status Run(SiteOptions o) {
   FG_ASSIGN_OR_RETURN(o.federation.aggregation, ParseAggregation(o.aggregate));
   o.federation.collective.timeout = absl::Seconds(o.timeout_s);
+  o.federation.collective.resume_grace = absl::Seconds(o.resume_grace_s);
   FG_ASSIGN_OR_RETURN(const Dataset all, LoadDigits(o.data));
   FG_ASSIGN_OR_RETURN(TlsFiles tls, ReadTlsDir(o.tls_dir));
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
@@ -81,6 +83,7 @@ absl::Status Run(SiteOptions o) {
   join.world_size = o.world_size;
   if (o.rank >= 0) join.rank = o.rank;
   join.timeout = absl::Seconds(o.timeout_s);
+  join.resume_grace = absl::Seconds(o.resume_grace_s);
   join.peer_listen = o.peer_listen;
   join.peer_advertise = o.peer_advertise;
   FG_ASSIGN_OR_RETURN(std::unique_ptr<Group> group, client->Join(join));
@@ -192,6 +195,11 @@ int main(int argc, char** argv) {
   app.add_flag("--no-baseline", no_baseline, "skip the local-only baseline");
   app.add_option("--timeout", o.timeout_s,
                  "seconds to wait for the group and for each collective")
+      ->capture_default_str();
+  app.add_option("--resume-grace", o.resume_grace_s,
+                 "seconds a broken session or collective stream is retried "
+                 "(a server restarting from its --state-dir; 0: not at all)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--min-accuracy", o.min_accuracy,
                  "exit 1 when the final test accuracy is below this")

@@ -416,12 +416,12 @@ fi
 
 if command -v shellcheck >/dev/null; then
   echo "== shellcheck"
-  expect_ok "shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh deploy/k8s/e2e.sh" \
-    shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh deploy/k8s/e2e.sh
+  expect_ok "shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh deploy/k8s/e2e.sh deploy/compose/run.sh" \
+    shellcheck deploy/validate.sh deploy/k8s/make-secrets.sh deploy/k8s/e2e.sh deploy/compose/run.sh
 fi
 
 echo
-echo "not run here (no container engine, no cluster): docker build, docker-compose up, kubectl apply;"
-echo "see deploy/compose/README.md and deploy/k8s/README.md"
+echo "offline only: docker build and docker-compose up run in deploy/compose/run.sh (tests/run.sh runs it);"
+echo "kubectl apply needs a cluster (deploy/k8s/README.md)"
 echo "validate: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

@@ -4,7 +4,10 @@
 # (-j2), runs every GoogleTest binary through ctest, then runs the local
 # federated simulation (deploy/local/run.sh) as an end-to-end smoke test of
 # the fedgather and fedgather-server binaries, then validates the deploy
-# artefacts offline (deploy/validate.sh: compose, kustomize, schemas).
+# artefacts offline (deploy/validate.sh: compose, kustomize, schemas), then
+# runs the compose simulation in a real Docker engine (deploy/compose/run.sh:
+# builds both images, trains to the end, checks the containers' hardening;
+# about 15 minutes cold, skipped when no engine can run here).
 #
 #   tests/run.sh [--build-dir DIR] [--sanitize address,undefined|thread]
 #                [--fuzz SECONDS]
@@ -218,6 +221,24 @@ current="deploy artefacts, offline (deploy/validate.sh)"
 section "$current"
 bash deploy/validate.sh --build-dir "$BUILD_DIR"
 done_in "deploy validation"
+
+# The compose simulation as a user runs it, in a real Docker engine (it
+# installs and starts one when it can, and skips, saying why, when no engine
+# can run here).
+current="the compose simulation in Docker (deploy/compose/run.sh)"
+section "$current"
+compose_rc=0
+# About 15 minutes cold (debootstrap, two image builds), 1 warm; 30 at most.
+timeout -k 120 1800 bash deploy/compose/run.sh || compose_rc=$?
+if [ "$compose_rc" = 77 ]; then
+  echo "-- SKIPPED: no Docker engine can run on this machine (see above)"
+elif [ "$compose_rc" = 124 ]; then
+  echo "deploy/compose/run.sh did not finish within 30 minutes" >&2
+  exit 1
+elif [ "$compose_rc" != 0 ]; then
+  exit "$compose_rc"
+fi
+done_in "compose simulation"
 
 echo
 echo "tests/run.sh: all passed in ${SECONDS} s (build dir $BUILD_DIR)"

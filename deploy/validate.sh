@@ -254,6 +254,11 @@ rejects "with the default drain (30 s) and a grace period of 35 s" \
   "terminationGracePeriodSeconds 35 is not at least 10 s more than --drain-timeout 30" \
   'server["command"] = [w for w in server["command"] if not w.startswith("--drain-timeout")]
 obj("StatefulSet", "fedgather-server")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 35'
+rejects "with the server's default --resume-grace" "--resume-grace is 10 (the default): with --state-dir" \
+  'server["command"] = [w for w in server["command"] if not w.startswith("--resume-grace")]'
+rejects "with sites that give up on a restarting server in 10 s" \
+  "Job site's --resume-grace is 10 (the default), shorter than the server's 120 s" \
+  'site["command"][-1] = site["command"][-1].replace("--resume-grace=120", "")'
 rejects "with a PodDisruptionBudget of minAvailable 1 over 1 replica" "minAvailable 1 >= the 1 replicas it selects" \
   'spec = obj("PodDisruptionBudget", "fedgather-server")["spec"]; del spec["maxUnavailable"]; spec["minAvailable"] = 1'
 # DNS (item 5).

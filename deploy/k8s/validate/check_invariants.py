@@ -27,7 +27,9 @@ The server, StatefulSet fedgather-server:
   - --listen on [::]; --crl names a file in a volume of ConfigMap fedgather-policy that holds it (empty, or a
     PEM X509 CRL);
   - terminationGracePeriodSeconds (default 30) at least 10 s more than --drain-timeout (default 30);
-  - serviceName names a headless Service.
+  - serviceName names a headless Service;
+  - with --state-dir, --resume-grace of at least 60 s, and the site's as long (a rescheduled server pod is back
+    in tens of seconds; with the 10 s default a planned restart would fail the training).
 Every PodDisruptionBudget: it lets at least one pod of what it selects be evicted (minAvailable below the
 replicas, maxUnavailable not 0).
 Every LoadBalancer Service with loadBalancerSourceRanges: externalTrafficPolicy Local, and the ipBlocks of the
@@ -58,6 +60,10 @@ WORKLOAD_KINDS = {"Deployment", "StatefulSet", "ReplicaSet"}
 DEFAULT_DRAIN_TIMEOUT_S = 30.0
 # Kubernetes' default terminationGracePeriodSeconds.
 DEFAULT_GRACE_S = 30
+# The shortest --resume-grace, on the server and the sites, that outlasts a rescheduled server pod.
+MIN_RESUME_GRACE_S = 60.0
+# fedgather-server's and fedavg_site's default --resume-grace.
+DEFAULT_RESUME_GRACE_S = 10.0
 # How much longer than the drain the kubelet must wait before SIGKILL: the server writes its final audit records
 # and signed anchor after the drain.
 GRACE_MARGIN_S = 10
@@ -359,6 +365,19 @@ def check_server(objects, problems):
     elif not isinstance(grace, int) or grace < drain + GRACE_MARGIN_S:
         bad(f"terminationGracePeriodSeconds {grace} is not at least {GRACE_MARGIN_S} s more than --drain-timeout "
             f"{drain:g}: the kubelet would kill the server before it finishes its audit log")
+
+    if f.get("--state-dir"):
+        resume = seconds(f.get("--resume-grace"), DEFAULT_RESUME_GRACE_S)
+        if resume is None or resume < MIN_RESUME_GRACE_S:
+            bad(f"--resume-grace is {f.get('--resume-grace', '10 (the default)')}: with --state-dir it must be at "
+                f"least {MIN_RESUME_GRACE_S:g} s, or the sites give up before a rescheduled pod is back")
+        job = find(objects, "Job", "site")
+        site = container(dig(job, "spec", "template", "spec") or {}, "site") if job else None
+        if site is not None and resume is not None:
+            site_resume = seconds(flags(site).get("--resume-grace"), DEFAULT_RESUME_GRACE_S)
+            if site_resume is None or site_resume < resume:
+                bad(f"Job site's --resume-grace is {flags(site).get('--resume-grace', '10 (the default)')}, "
+                    f"shorter than the server's {resume:g} s: the sites would give up on a restarting server")
 
     service_name = dig(server_set, "spec", "serviceName")
     service = find(objects, "Service", service_name) if service_name else None

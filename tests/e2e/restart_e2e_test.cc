@@ -115,6 +115,37 @@ class RestartTest : public ::testing::Test {
     return status;
   }
 
+  // GatherAcrossARestart runs all_gather round `seq` of `bytes` random bytes
+  // per rank across a restart (RunRoundAcrossARestart, once ranks 0 and 1
+  // have uploaded everything) and expects every rank to get every input
+  // byte for byte.
+  void GatherAcrossARestart(Stop how, uint64_t seq, int64_t bytes) {
+    std::vector<std::vector<uint8_t>> inputs;
+    for (int r = 0; r < kWorld; ++r) {
+      inputs.push_back(RandomBytes(bytes, 900 + 10 * seq + r));
+    }
+    std::vector<std::vector<uint8_t>> outputs(
+        kWorld, std::vector<uint8_t>(kWorld * bytes));
+    std::vector<absl::Status> gathered =
+        RunRoundAcrossARestart(how, seq, 2 * bytes, [&](int r) {
+          const ConstHostTensor in{{"w", DType::kU8, {bytes}},
+                                   inputs[r].data()};
+          const MutableHostTensor out{{"w", DType::kU8, {kWorld, bytes}},
+                                      outputs[r].data()};
+          return groups_[r]->AllGatherInto({&in, 1}, {&out, 1});
+        });
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_TRUE(gathered[r].ok())
+          << "rank " << r << ": " << gathered[r] << "\n"
+          << server_.Log();
+      for (int s = 0; s < kWorld; ++s) {
+        EXPECT_TRUE(std::equal(inputs[s].begin(), inputs[s].end(),
+                               outputs[r].begin() + s * bytes))
+            << "rank " << r << " got other bytes for rank " << s;
+      }
+    }
+  }
+
   TestCluster cluster_;
   ServerProcess server_;
   std::vector<std::unique_ptr<Client>> clients_;
@@ -127,29 +158,7 @@ TEST_F(RestartTest, RoundsInFlightSurviveAServerKilledAndRestarted) {
 
   // Round 0: an all_gather of 8 MiB per rank, killed once ranks 0 and 1
   // have uploaded everything.
-  constexpr int64_t kBytes = 8 * kMiB;
-  std::vector<std::vector<uint8_t>> inputs;
-  for (int r = 0; r < kWorld; ++r) {
-    inputs.push_back(RandomBytes(kBytes, 900 + r));
-  }
-  std::vector<std::vector<uint8_t>> outputs(
-      kWorld, std::vector<uint8_t>(kWorld * kBytes));
-  std::vector<absl::Status> gathered =
-      RunRoundAcrossARestart(Stop::kKill, 0, 2 * kBytes, [&](int r) {
-        const ConstHostTensor in{{"w", DType::kU8, {kBytes}}, inputs[r].data()};
-        const MutableHostTensor out{{"w", DType::kU8, {kWorld, kBytes}},
-                                    outputs[r].data()};
-        return groups_[r]->AllGatherInto({&in, 1}, {&out, 1});
-      });
-  for (int r = 0; r < kWorld; ++r) {
-    ASSERT_TRUE(gathered[r].ok()) << "rank " << r << ": " << gathered[r] << "\n"
-                                  << server_.Log();
-    for (int s = 0; s < kWorld; ++s) {
-      EXPECT_TRUE(std::equal(inputs[s].begin(), inputs[s].end(),
-                             outputs[r].begin() + s * kBytes))
-          << "rank " << r << " got other bytes for rank " << s;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(GatherAcrossARestart(Stop::kKill, 0, 8 * kMiB));
   EXPECT_THAT(server_.Log(),
               HasSubstr("group_restored group=demo epoch=1 bytes="));
 
@@ -200,29 +209,7 @@ TEST_F(RestartTest, APlannedRestartKeepsTheEpochAndItsRoundInFlight) {
 
   // SIGTERM while ranks 0 and 1 have uploaded an all_gather and rank 2 has
   // not started: the one-second drain runs out with the round in flight.
-  constexpr int64_t kBytes = 4 * kMiB;
-  std::vector<std::vector<uint8_t>> inputs;
-  for (int r = 0; r < kWorld; ++r) {
-    inputs.push_back(RandomBytes(kBytes, 700 + r));
-  }
-  std::vector<std::vector<uint8_t>> outputs(
-      kWorld, std::vector<uint8_t>(kWorld * kBytes));
-  std::vector<absl::Status> gathered =
-      RunRoundAcrossARestart(Stop::kSigterm, 0, 2 * kBytes, [&](int r) {
-        const ConstHostTensor in{{"w", DType::kU8, {kBytes}}, inputs[r].data()};
-        const MutableHostTensor out{{"w", DType::kU8, {kWorld, kBytes}},
-                                    outputs[r].data()};
-        return groups_[r]->AllGatherInto({&in, 1}, {&out, 1});
-      });
-  for (int r = 0; r < kWorld; ++r) {
-    ASSERT_TRUE(gathered[r].ok()) << "rank " << r << ": " << gathered[r] << "\n"
-                                  << server_.Log();
-    for (int s = 0; s < kWorld; ++s) {
-      EXPECT_TRUE(std::equal(inputs[s].begin(), inputs[s].end(),
-                             outputs[r].begin() + s * kBytes))
-          << "rank " << r << " got other bytes for rank " << s;
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(GatherAcrossARestart(Stop::kSigterm, 0, 4 * kMiB));
   EXPECT_THAT(server_.Log(),
               HasSubstr("drained; kept 1 round(s) still in flight in "
                         "--state-dir, for members to resume after the "

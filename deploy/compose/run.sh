@@ -33,7 +33,8 @@
 # http://deb.debian.org/debian).
 # Exit status: 0 when every check passed, 1 otherwise, 2 on usage errors,
 # 77 (skipped, saying why) when no Docker engine can run here: the tools are
-# missing and this is not root, or dockerd does not come up.
+# missing and this is not root, dockerd does not come up, or it cannot start
+# a container.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -165,6 +166,12 @@ EOF
   "$DOCKER" tag debian:12 debian:12-slim
   rm -rf "$rootfs" "$rootfs.log"
   echo "   imported: $("$DOCKER" image inspect --format '{{.Size}}' debian:12) bytes"
+fi
+# A daemon that answers but cannot start a container (no overlay filesystem, no cgroups: a nested container
+# without privileges) is no engine either.
+if ! probe="$("$DOCKER" run --rm --network none debian:12 true 2>&1)"; then
+  echo "SKIP: dockerd answers but cannot run a container here: $probe" >&2
+  exit 77
 fi
 
 # ---- 4. the images ------------------------------------------------------------------------------------------

@@ -5,6 +5,9 @@
 // local-only baselines and, last, "final test accuracy: 0.xxx".
 // See examples/fedavg_digits/README.md.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -147,10 +150,22 @@ absl::Status Run(SiteOptions o) {
   return absl::OkStatus();
 }
 
+// StopOnSignal ends the process at once with 128 + the signal. A handler of
+// its own matters as a container's PID 1 (`exec fedavg_site`), which the
+// kernel does not let a signal end by its default action: a pod being
+// stopped would otherwise wait out its grace period for SIGKILL.
+void StopOnSignal(int signal_number) {
+  static constexpr char kSaid[] = "fedavg_site: stopped by a signal\n";
+  (void)!write(STDERR_FILENO, kSaid, sizeof(kSaid) - 1);
+  _exit(128 + signal_number);
+}
+
 }  // namespace
 }  // namespace fedgather::fedavg
 
 int main(int argc, char** argv) {
+  std::signal(SIGTERM, fedgather::fedavg::StopOnSignal);
+  std::signal(SIGINT, fedgather::fedavg::StopOnSignal);
   fedgather::fedavg::SiteOptions o;
   fedgather::fedavg::TrainOptions& t = o.federation.train;
   CLI::App app{

@@ -181,9 +181,14 @@ for image in fedgather/server:local fedgather/fedavg-site:local; do
   size=$("$DOCKER" image inspect --format '{{.Size}}' "$image")
   echo "   $image: $((size / 1000000)) MB"
 done
-if "$DOCKER" run --rm --entrypoint /bin/bash fedgather/server:local -c \
-    'ls /usr/lib/*/libtorch* /usr/lib/*/libc10* >/dev/null 2>&1'; then
-  fail "the server image contains LibTorch"
+# shellcheck disable=SC2016  # expanded in the container
+torch="$("$DOCKER" run --rm --entrypoint /bin/bash fedgather/server:local -c \
+  'shopt -s nullglob; found=(/usr/lib/*/libtorch*.so* /usr/lib/*/libc10.so*); echo "libtorch files: ${#found[@]}"' \
+  2>&1 || true)"
+if [ "$torch" = "libtorch files: 0" ]; then
+  echo "   fedgather/server:local holds no LibTorch"
+else
+  fail "the server image holds LibTorch, or could not be searched: $torch"
 fi
 
 # ---- 5. the server, then the sites --------------------------------------------------------------------------

@@ -105,9 +105,10 @@ absl::Status CpuLocalCollective::Copy(int device, void* dst, const void* src,
       to_device ? stats_.host_to_device_bytes : stats_.device_to_host_bytes;
   moved.resize(devices_);
   moved[device] += bytes;
-  pending_.push_back([dst, src, bytes] {
+  auto copy = [dst, src, bytes] {
     if (bytes > 0) std::memcpy(dst, src, static_cast<size_t>(bytes));
-  });
+  };
+  pending_.push_back({device, std::move(copy)});
   return absl::OkStatus();
 }
 
@@ -134,28 +135,46 @@ absl::Status CpuLocalCollective::AllGather(
   }
   absl::MutexLock lock(&mu_);
   for (const LocalAllGather& op : ops) {
+    if (op.bytes == 0) continue;  // as NCCL: no work, no wait
     ++stats_.all_gathers;
-    pending_.push_back([op, devices = devices_] {
+    auto gather = [op, devices = devices_] {
       for (int d = 0; d < devices; ++d) {
         for (int g = 0; g < devices; ++g) {
           uint8_t* to = static_cast<uint8_t*>(op.recvs[d]) + g * op.bytes;
-          if (op.bytes > 0 && to != op.sends[g]) {
-            std::memmove(to, op.sends[g], static_cast<size_t>(op.bytes));
+          if (to != op.sends[g]) {
+            std::memcpy(to, op.sends[g], static_cast<size_t>(op.bytes));
           }
         }
       }
-    });
+    };
+    pending_.push_back({kEveryDevice, std::move(gather)});
   }
   return absl::OkStatus();
 }
 
 absl::Status CpuLocalCollective::Synchronize() {
-  std::vector<std::function<void()>> work;
+  std::vector<Step> work;
   {
     absl::MutexLock lock(&mu_);
     work.swap(pending_);
   }
-  for (const std::function<void()>& step : work) step();
+  // The devices' streams between two all_gathers, highest device first
+  // (the header says why).
+  auto run_streams = [&](size_t begin, size_t end) {
+    for (int d = devices_ - 1; d >= 0; --d) {
+      for (size_t i = begin; i < end; ++i) {
+        if (work[i].device == d) work[i].run();
+      }
+    }
+  };
+  size_t begin = 0;
+  for (size_t i = 0; i < work.size(); ++i) {
+    if (work[i].device != kEveryDevice) continue;
+    run_streams(begin, i);
+    work[i].run();
+    begin = i + 1;
+  }
+  run_streams(begin, work.size());
   return absl::OkStatus();
 }
 

@@ -1,8 +1,10 @@
 #include "client/nccl/local_collective.h"
 
+#include <cstdint>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace fedgather {
 
@@ -52,6 +54,21 @@ absl::Status CheckLocalAllGather(const LocalCollective& local,
   if (op.bytes < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("a local all_gather of ", op.bytes, " bytes"));
+  }
+  if (op.bytes == 0) return absl::OkStatus();
+  for (size_t d = 0; d < g; ++d) {
+    const uintptr_t send = reinterpret_cast<uintptr_t>(op.sends[d]);
+    const uintptr_t recv = reinterpret_cast<uintptr_t>(op.recvs[d]);
+    const uintptr_t slot = recv + d * op.bytes;
+    const uintptr_t recv_end = recv + g * op.bytes;
+    if (send != slot && send < recv_end && recv < send + op.bytes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "a local all_gather of %d bytes on device %d: send buffer %p "
+          "overlaps receive buffer %p (%d bytes) but is not its slot %p (in "
+          "place); NCCL allows no other overlap",
+          op.bytes, d, op.sends[d], op.recvs[d], g * op.bytes,
+          reinterpret_cast<const void*>(slot)));
+    }
   }
   return absl::OkStatus();
 }

@@ -71,7 +71,10 @@ struct MutableDeviceTensor {
 
 // One all_gather across every local device: device g's `bytes` at sends[g]
 // land at recvs[d] + g * bytes on every device d. sends[g] may be
-// recvs[g] + g * bytes (in place). Both spans hold device_count() entries.
+// recvs[g] + g * bytes (in place); any other overlap of sends[g] with
+// recvs[g] is refused, as NCCL does not define it. An all_gather of 0 bytes
+// does nothing (as in NCCL: no work, not counted, no wait between devices).
+// Both spans hold device_count() entries.
 struct LocalAllGather {
   std::vector<const void*> sends;
   std::vector<void*> recvs;
@@ -123,7 +126,10 @@ class LocalCollective {
 };
 
 // CheckLocalAllGather returns INVALID_ARGUMENT unless `op` has one send and
-// one receive pointer per device of `local` and a non-negative size.
+// one receive pointer per device of `local` and a non-negative size, and no
+// device's send buffer overlaps its receive buffer other than as its own
+// slot (in place). Every LocalCollective checks its ops with it before it
+// enqueues any.
 absl::Status CheckLocalAllGather(const LocalCollective& local,
                                  const LocalAllGather& op);
 

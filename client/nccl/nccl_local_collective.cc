@@ -124,9 +124,14 @@ absl::Status NcclLocalCollective::CopyToHost(int device, void* dst,
 
 absl::Status NcclLocalCollective::AllGather(
     absl::Span<const LocalAllGather> ops) {
+  // Checked before NCCL sees any (the same checks as CpuLocalCollective's:
+  // sizes, and no overlap but in place); 0-byte ops are skipped.
+  bool any_bytes = false;
   for (const LocalAllGather& op : ops) {
     FG_RETURN_IF_ERROR(CheckLocalAllGather(*this, op));
+    any_bytes = any_bytes || op.bytes > 0;
   }
+  if (!any_bytes) return absl::OkStatus();
   FG_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
   absl::Status status;
   int64_t run = 0;

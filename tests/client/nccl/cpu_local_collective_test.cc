@@ -114,9 +114,11 @@ TEST(CpuLocalCollectiveTest, PointersOfAnotherDeviceOrPastTheBufferAreRefused) {
   EXPECT_EQ(local.AllocateDevice(2, 8).status().code(),
             absl::StatusCode::kInvalidArgument);
   // An all_gather whose receive buffer is too small for both slots.
+  LocalBuffer send0 = *local.AllocateDevice(0, 8);
+  LocalBuffer send1 = *local.AllocateDevice(1, 8);
   LocalAllGather op;
   op.bytes = 8;
-  op.sends = {dev0.data(), dev1.data()};
+  op.sends = {send0.data(), send1.data()};
   op.recvs = {dev0.data(), dev1.data()};
   EXPECT_THAT(std::string(local.AllGather({&op, 1}).message()),
               HasSubstr("all_gather receive"));
@@ -130,6 +132,84 @@ TEST(CpuLocalCollectiveTest, PointersOfAnotherDeviceOrPastTheBufferAreRefused) {
   ASSERT_TRUE(local.Synchronize().ok());
   EXPECT_EQ(std::vector<uint8_t>(host.begin(), host.begin() + 8), ones);
   EXPECT_EQ(local.stats().all_gathers, 0);
+}
+
+TEST(CpuLocalCollectiveTest, OverlapOtherThanInPlaceIsRefused) {
+  constexpr int64_t kBytes = 4;
+  CpuLocalCollective local(2);
+  std::vector<LocalBuffer> in, out;
+  LocalAllGather op;
+  op.bytes = kBytes;
+  for (int g = 0; g < 2; ++g) {
+    in.push_back(*local.AllocateDevice(g, kBytes));
+    // Room before and after the receive buffer for sends that overlap it.
+    out.push_back(*local.AllocateDevice(g, 4 * kBytes));
+    op.sends.push_back(in[g].data());
+    op.recvs.push_back(out[g].bytes_data() + kBytes);
+  }
+  ASSERT_TRUE(local.AllGather({&op, 1}).ok());
+  // In place: device 1 sends its own slot.
+  op.sends[1] = out[1].bytes_data() + 2 * kBytes;
+  ASSERT_TRUE(local.AllGather({&op, 1}).ok());
+  // Any other overlap: in the wrong slot, off by one, from before the
+  // receive buffer and into it.
+  for (int64_t offset : {int64_t{0}, kBytes + 1, 3 - kBytes}) {
+    op.sends[1] = out[1].bytes_data() + kBytes + offset;
+    const absl::Status overlap = local.AllGather({&op, 1});
+    EXPECT_EQ(overlap.code(), absl::StatusCode::kInvalidArgument) << offset;
+    EXPECT_THAT(std::string(overlap.message()),
+                HasSubstr("on device 1: send buffer"))
+        << offset;
+  }
+  // Adjacent is not overlapping.
+  op.sends[1] = out[1].bytes_data();
+  EXPECT_TRUE(local.AllGather({&op, 1}).ok());
+  EXPECT_EQ(local.stats().all_gathers, 3);
+}
+
+TEST(CpuLocalCollectiveTest, ZeroByteAllGatherIsNoWorkAndNoError) {
+  CpuLocalCollective local(2);
+  LocalAllGather op;
+  op.sends = {nullptr, nullptr};
+  op.recvs = {nullptr, nullptr};
+  EXPECT_TRUE(local.AllGather({&op, 1}).ok());
+  EXPECT_TRUE(local.Synchronize().ok());
+  EXPECT_EQ(local.stats().all_gathers, 0);
+}
+
+// Device 0 copies a device buffer to host memory that device 1 then copies
+// up. Two CUDA streams do not order these; only an all_gather (every
+// device's stream reaches it) does. A 0-byte all_gather is no such point.
+TEST(CpuLocalCollectiveTest, OnlyAnAllGatherOrdersTwoDevicesStreams) {
+  constexpr int64_t kBytes = 4;
+  CpuLocalCollective local(2);
+  LocalBuffer dev0 = *local.AllocateDevice(0, kBytes);
+  LocalBuffer dev1 = *local.AllocateDevice(1, kBytes);
+  LocalBuffer in0 = *local.AllocateDevice(0, 1);
+  LocalBuffer in1 = *local.AllocateDevice(1, 1);
+  LocalBuffer out0 = *local.AllocateDevice(0, 2);
+  LocalBuffer out1 = *local.AllocateDevice(1, 2);
+  LocalAllGather gather;
+  gather.sends = {in0.data(), in1.data()};
+  gather.recvs = {out0.data(), out1.data()};
+  LocalAllGather empty = gather;
+  empty.bytes = 0;
+  const std::vector<uint8_t> ones(kBytes, 1), zeros(kBytes, 0);
+  for (const LocalAllGather* between : {&empty, &gather}) {
+    std::vector<uint8_t> host(kBytes, 0), back(kBytes, 9);
+    ASSERT_TRUE(local.CopyToDevice(0, dev0.data(), ones.data(), kBytes).ok());
+    ASSERT_TRUE(local.CopyToDevice(1, dev1.data(), zeros.data(), kBytes).ok());
+    ASSERT_TRUE(local.Synchronize().ok());
+    ASSERT_TRUE(local.CopyToHost(0, host.data(), dev0.data(), kBytes).ok());
+    gather.bytes = 1;
+    ASSERT_TRUE(local.AllGather({between, 1}).ok());
+    ASSERT_TRUE(local.CopyToDevice(1, dev1.data(), host.data(), kBytes).ok());
+    ASSERT_TRUE(local.CopyToHost(1, back.data(), dev1.data(), kBytes).ok());
+    ASSERT_TRUE(local.Synchronize().ok());
+    EXPECT_EQ(host, ones);
+    EXPECT_EQ(back, between == &gather ? ones : zeros)
+        << (between == &gather ? "after an all_gather" : "unordered");
+  }
 }
 
 TEST(CpuLocalCollectiveTest, FreedDeviceMemoryIsNoLongerDeviceMemory) {

@@ -16,21 +16,63 @@
 
 namespace fedgather {
 
+namespace {
+
+// CheckLocalDevices: the node's own list, before it joins: not empty, no
+// negative or repeated entry (before any CUDA call), each below
+// cudaGetDeviceCount and each one the runtime can make current, so that
+// the cudaSetDevice calls inside the group below do not fail but in a
+// device lost in between.
+absl::Status CheckLocalDevices(const std::vector<int>& cuda_devices) {
+  if (cuda_devices.empty()) {
+    return absl::InvalidArgumentError("no CUDA devices to join with");
+  }
+  FG_RETURN_IF_ERROR(CheckCudaDevices(cuda_devices));
+  FG_ASSIGN_OR_RETURN(const int visible, CudaDeviceCount());
+  FG_RETURN_IF_ERROR(CheckCudaDevices(cuda_devices, visible));
+  for (int d : cuda_devices) {
+    FG_RETURN_IF_ERROR(
+        CudaStatus(cudaSetDevice(d), absl::StrCat("cudaSetDevice(", d, ")")));
+  }
+  return absl::OkStatus();
+}
+
+// FailOpenGroup makes the open ncclGroupStart section fail, so that
+// ncclGroupEnd runs none of it. A CUDA error is invisible to NCCL: its
+// ncclGroupEnd would run the ncclCommInitRank calls already queued, and
+// those would wait for ever for the local ranks that never joined. An NCCL
+// call that fails inside a group marks the group failed (NCCL's
+// ncclGroupError, src/group.cc), and ncclGroupEnd then cleans up its queued
+// work and returns that error; a collective on a null communicator fails
+// so before it touches CUDA. Read in NCCL 2.19-2.28's source; no GPU here
+// exercises it.
+void FailOpenGroup() {
+  (void)ncclAllGather(nullptr, nullptr, 0, ncclInt8, /*comm=*/nullptr,
+                      /*stream=*/nullptr);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<NcclCommunicators>> NcclCommunicators::Create(
     Group& group, std::vector<int> cuda_devices,
     const CollectiveOptions& options) {
   const int local = static_cast<int>(cuda_devices.size());
+  // A node whose own list fails says so to the others through the count
+  // exchange, so every node fails now instead of waiting in NCCL's init for
+  // ranks that never come.
+  const absl::Status checked = CheckLocalDevices(cuda_devices);
+  const std::string mine =
+      checked.ok() ? std::to_string(local)
+                   : absl::StrCat("none (", checked.ToString(), ")");
   FG_ASSIGN_OR_RETURN(const std::vector<std::string> counts,
-                      group.AllGatherBytes(std::to_string(local), options));
+                      group.AllGatherBytes(mine, options));
+  FG_RETURN_IF_ERROR(checked);
   for (const std::string& c : counts) {
     if (c != counts[0]) {
       return absl::InvalidArgumentError(
           absl::StrCat("the nodes bring different numbers of GPUs (by rank: ",
                        absl::StrJoin(counts, ", "), ")"));
     }
-  }
-  if (local == 0) {
-    return absl::InvalidArgumentError("no CUDA devices to join with");
   }
   FG_ASSIGN_OR_RETURN(const NcclUniqueIdBytes id_bytes,
                       ShareNcclUniqueId(group, options));
@@ -45,17 +87,31 @@ absl::StatusOr<std::unique_ptr<NcclCommunicators>> NcclCommunicators::Create(
   FG_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
   absl::Status status;
   for (int g = 0; g < local && status.ok(); ++g) {
-    status = CudaStatus(cudaSetDevice(comms->devices_[g]), "cudaSetDevice");
-    if (!status.ok()) break;
+    status =
+        CudaStatus(cudaSetDevice(comms->devices_[g]),
+                   absl::StrCat("cudaSetDevice(", comms->devices_[g],
+                                ") for global rank ", comms->global_rank(g)));
+    if (!status.ok()) {
+      FailOpenGroup();
+      break;
+    }
+    // A failing ncclCommInitRank marks the group failed itself.
     status =
         NcclStatus(ncclCommInitRank(&comms->comms_[g], comms->size_, id,
                                     comms->global_rank(g)),
                    absl::StrCat("ncclCommInitRank of global rank ",
                                 comms->global_rank(g), " of ", comms->size_));
   }
+  // A group that was started is ended, whatever happened inside it.
   const absl::Status ended = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");
-  FG_RETURN_IF_ERROR(status);
-  FG_RETURN_IF_ERROR(ended);
+  if (!status.ok() || !ended.ok()) {
+    // What NCCL created of a failed init is aborted, not destroyed.
+    for (ncclComm_t& comm : comms->comms_) {
+      if (comm != nullptr) (void)ncclCommAbort(comm);
+      comm = nullptr;
+    }
+    return status.ok() ? ended : status;
+  }
   return comms;
 }
 

@@ -18,14 +18,20 @@ namespace fedgather {
 
 class NcclCommunicators {
  public:
-  // Create checks that every node brings the same number of GPUs (one
-  // ALL_GATHER_BYTES; INVALID_ARGUMENT on every rank naming the counts
-  // otherwise), shares an ncclUniqueId from rank 0, then initializes one
+  // Create checks `cuda_devices` locally (INVALID_ARGUMENT naming an entry
+  // that is negative or repeated, before any CUDA call, or out of range of
+  // cudaGetDeviceCount; the runtime's error for a device it cannot make
+  // current), then that every node brings the same number of GPUs (one
+  // ALL_GATHER_BYTES; a node whose local check failed counts as none, so
+  // every rank fails: INVALID_ARGUMENT naming the counts, or the node's own
+  // error), shares an ncclUniqueId from rank 0, then initializes one
   // communicator per CUDA device in `cuda_devices` (ncclCommInitRank in one
   // group). A collective of `group`: every member calls it at the same
-  // point, and it blocks until every GPU of every node has joined. Errors:
-  // the group's, the unique id's (ShareNcclUniqueId, nccl_unique_id.h) and
-  // NCCL's (nccl_status.h).
+  // point, and it blocks until every GPU of every node has joined. A failure
+  // inside the group fails the whole group (no local init runs on) and
+  // aborts the communicators it created; the other nodes' inits then wait
+  // for ranks that never come. Errors: the group's, the unique id's
+  // (ShareNcclUniqueId, nccl_unique_id.h) and NCCL's (nccl_status.h).
   static absl::StatusOr<std::unique_ptr<NcclCommunicators>> Create(
       Group& group, std::vector<int> cuda_devices,
       const CollectiveOptions& options = {});

@@ -1,6 +1,5 @@
 #include "client/nccl/nccl_local_collective.h"
 
-#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,18 +16,12 @@ NcclLocalCollective::NcclLocalCollective(std::vector<int> devices)
 
 absl::StatusOr<std::unique_ptr<NcclLocalCollective>>
 NcclLocalCollective::Create(std::vector<int> cuda_devices) {
+  FG_RETURN_IF_ERROR(CheckCudaDevices(cuda_devices));  // before any CUDA call
   FG_ASSIGN_OR_RETURN(const int visible, CudaDeviceCount());
   if (cuda_devices.empty()) {
     for (int d = 0; d < visible; ++d) cuda_devices.push_back(d);
   }
-  std::set<int> seen;
-  for (int d : cuda_devices) {
-    if (d < 0 || d >= visible || !seen.insert(d).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CUDA device ", d, " is out of range (", visible,
-                       " visible) or named twice"));
-    }
-  }
+  FG_RETURN_IF_ERROR(CheckCudaDevices(cuda_devices, visible));
   std::unique_ptr<NcclLocalCollective> local(
       new NcclLocalCollective(std::move(cuda_devices)));
   for (int d : local->devices_) {

@@ -23,9 +23,11 @@ class NcclLocalCollective : public LocalCollective {
  public:
   // Create initializes NCCL over `cuda_devices` (CUDA ordinals; empty:
   // every visible device, in order); local device g is cuda_devices[g].
-  // Blocks while NCCL initializes. Errors: UNAVAILABLE when there is no
-  // CUDA device or driver (the runtime's reason), INVALID_ARGUMENT for an
-  // ordinal out of range or repeated, NCCL's init error otherwise.
+  // Blocks while NCCL initializes. Errors: INVALID_ARGUMENT naming an
+  // ordinal that is negative or repeated (checked before any CUDA call, so
+  // also without a GPU) or out of range (cudaGetDeviceCount); UNAVAILABLE
+  // when there is no CUDA device or driver (the runtime's reason); NCCL's
+  // init error otherwise.
   static absl::StatusOr<std::unique_ptr<NcclLocalCollective>> Create(
       std::vector<int> cuda_devices = {});
   // Waits for the streams, then destroys the communicators and streams.

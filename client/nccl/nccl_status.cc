@@ -2,8 +2,10 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace fedgather {
 
@@ -55,6 +57,31 @@ absl::StatusOr<int> CudaDeviceCount() {
     return absl::UnavailableError("cudaGetDeviceCount: no CUDA device");
   }
   return count;
+}
+
+absl::Status CheckCudaDevices(absl::Span<const int> cuda_devices, int visible) {
+  for (size_t i = 0; i < cuda_devices.size(); ++i) {
+    const int d = cuda_devices[i];
+    std::string problem;
+    if (d < 0) {
+      problem = "is negative";
+    } else if (visible >= 0 && d >= visible) {
+      problem = absl::StrCat("is out of range (", visible, " visible)");
+    } else {
+      for (size_t j = 0; j < i; ++j) {
+        if (cuda_devices[j] == d) {
+          problem = absl::StrCat("repeats entry ", j);
+          break;
+        }
+      }
+    }
+    if (!problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CUDA devices [", absl::StrJoin(cuda_devices, ", "),
+                       "]: entry ", i, " (", d, ") ", problem));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fedgather

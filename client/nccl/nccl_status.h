@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 
 namespace fedgather {
 
@@ -35,6 +36,13 @@ absl::Status NcclStatus(ncclResult_t result, absl::string_view what,
 // CUDA runtime's error when it cannot tell (UNAVAILABLE without a driver),
 // and UNAVAILABLE when it sees none. Tests skip on an error from it.
 absl::StatusOr<int> CudaDeviceCount();
+
+// CheckCudaDevices returns INVALID_ARGUMENT naming the first entry of
+// `cuda_devices` (CUDA ordinals) that is negative or repeats an earlier one,
+// or, when `visible` >= 0, that is not below `visible` (CudaDeviceCount).
+// It calls no CUDA function, so callers check a list before any.
+absl::Status CheckCudaDevices(absl::Span<const int> cuda_devices,
+                              int visible = -1);
 
 }  // namespace fedgather
 

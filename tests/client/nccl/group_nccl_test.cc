@@ -15,6 +15,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "client/group.h"
+#include "client/nccl/nccl_communicators.h"
+#include "client/nccl/nccl_status.h"
 #include "client/nccl/nccl_unique_id.h"
 #include "common/content_hasher.h"
 #include "common/file_io.h"
@@ -98,6 +100,31 @@ TEST(ShareNcclUniqueIdTest, MembersGetRankZerosIdAndOnlyItsDigestIsAudited) {
   }
   EXPECT_TRUE(contribution);
   EXPECT_TRUE(commit);
+}
+
+// A node whose device list is bad fails before any CUDA call and tells the
+// others through the GPU-count exchange, so no node waits in NCCL's init
+// for ranks that never come. Rank 1's own list is fine; without a GPU it
+// fails on its own (no device), with one on rank 0's answer.
+TEST(NcclCommunicatorsTest, ABadDeviceListFailsEveryNode) {
+  TestCluster cluster(2);
+  Members members(cluster);
+  const std::vector<std::vector<int>> devices = {{0, 0}, {0}};
+  std::vector<absl::Status> got(2);
+  RunRanks(2, [&](int r) {
+    got[r] = NcclCommunicators::Create(*members.groups[r], devices[r]).status();
+  });
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kInvalidArgument) << got[0];
+  EXPECT_THAT(std::string(got[0].message()),
+              ::testing::HasSubstr("entry 1 (0) repeats entry 0"));
+  if (CudaDeviceCount().ok()) {
+    EXPECT_EQ(got[1].code(), absl::StatusCode::kInvalidArgument) << got[1];
+    EXPECT_THAT(std::string(got[1].message()),
+                ::testing::HasSubstr("repeats entry 0"));
+  } else {
+    EXPECT_EQ(got[1], CudaDeviceCount().status());
+  }
+  members.ExpectNextRoundWorks();
 }
 
 }  // namespace

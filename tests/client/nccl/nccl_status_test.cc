@@ -48,6 +48,33 @@ TEST(NcclStatusTest, NcclErrorsCarryNcclsText) {
             absl::StatusCode::kInternal);
 }
 
+TEST(NcclStatusTest, CudaDeviceListsAreCheckedEntryByEntry) {
+  EXPECT_TRUE(CheckCudaDevices({}).ok());
+  EXPECT_TRUE(CheckCudaDevices({2, 0, 1}).ok());
+  EXPECT_TRUE(CheckCudaDevices({2, 0, 1}, 3).ok());
+  const absl::Status repeated = CheckCudaDevices({0, 1, 0});
+  EXPECT_EQ(repeated.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(repeated.message()),
+              HasSubstr("CUDA devices [0, 1, 0]: entry 2 (0) repeats entry 0"));
+  EXPECT_THAT(std::string(CheckCudaDevices({0, -1}).message()),
+              HasSubstr("entry 1 (-1) is negative"));
+  const absl::Status range = CheckCudaDevices({1, 2}, 2);
+  EXPECT_EQ(range.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(range.message()),
+              HasSubstr("entry 1 (2) is out of range (2 visible)"));
+}
+
+// A repeated or negative ordinal is refused before any CUDA call: the same
+// INVALID_ARGUMENT with or without a GPU.
+TEST(NcclStatusTest, CreateRefusesABadDeviceListBeforeCuda) {
+  const absl::Status repeated = NcclLocalCollective::Create({0, 0}).status();
+  EXPECT_EQ(repeated.code(), absl::StatusCode::kInvalidArgument) << repeated;
+  EXPECT_THAT(std::string(repeated.message()), HasSubstr("repeats entry 0"));
+  const absl::Status negative = NcclLocalCollective::Create({-1}).status();
+  EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument) << negative;
+  EXPECT_THAT(std::string(negative.message()), HasSubstr("is negative"));
+}
+
 // Without a GPU (these build machines) the device count and the local
 // collective fail with the runtime's reason instead of crashing.
 TEST(NcclStatusTest, WithoutADeviceCreateSaysWhy) {

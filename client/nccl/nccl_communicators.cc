@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/group.h"
+#include "client/nccl/cuda_device_guard.h"
 #include "client/nccl/nccl_status.h"
 #include "client/nccl/nccl_unique_id.h"
 #include "common/status_macros.h"
@@ -30,6 +31,7 @@ absl::Status CheckLocalDevices(const std::vector<int>& cuda_devices) {
   FG_RETURN_IF_ERROR(CheckCudaDevices(cuda_devices));
   FG_ASSIGN_OR_RETURN(const int visible, CudaDeviceCount());
   FG_RETURN_IF_ERROR(CheckCudaDevices(cuda_devices, visible));
+  CudaDeviceGuard device_guard;
   for (int d : cuda_devices) {
     FG_RETURN_IF_ERROR(
         CudaStatus(cudaSetDevice(d), absl::StrCat("cudaSetDevice(", d, ")")));
@@ -84,6 +86,7 @@ absl::StatusOr<std::unique_ptr<NcclCommunicators>> NcclCommunicators::Create(
   comms->first_rank_ = group.rank() * local;
   comms->devices_ = std::move(cuda_devices);
   comms->comms_.assign(local, nullptr);
+  CudaDeviceGuard device_guard;
   FG_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
   absl::Status status;
   for (int g = 0; g < local && status.ok(); ++g) {

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/nccl/cuda_device_guard.h"
 #include "client/nccl/nccl_status.h"
 #include "common/status_macros.h"
 
@@ -24,6 +25,7 @@ NcclLocalCollective::Create(std::vector<int> cuda_devices) {
   FG_RETURN_IF_ERROR(CheckCudaDevices(cuda_devices, visible));
   std::unique_ptr<NcclLocalCollective> local(
       new NcclLocalCollective(std::move(cuda_devices)));
+  CudaDeviceGuard device_guard;
   for (int d : local->devices_) {
     FG_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(d), "cudaSetDevice"));
     cudaStream_t stream = nullptr;
@@ -33,23 +35,40 @@ NcclLocalCollective::Create(std::vector<int> cuda_devices) {
     local->streams_.push_back(stream);
   }
   std::vector<ncclComm_t> comms(local->devices_.size(), nullptr);
-  FG_RETURN_IF_ERROR(NcclStatus(
+  const absl::Status init = NcclStatus(
       ncclCommInitAll(comms.data(), static_cast<int>(comms.size()),
                       local->devices_.data()),
-      absl::StrCat("ncclCommInitAll over ", comms.size(), " devices")));
+      absl::StrCat("ncclCommInitAll over ", comms.size(), " devices"));
+  if (!init.ok()) {
+    // What a failed init created is aborted, not leaked.
+    for (ncclComm_t comm : comms) {
+      if (comm != nullptr) (void)ncclCommAbort(comm);
+    }
+    return init;
+  }
   local->comms_ = std::move(comms);
   return local;
 }
 
 NcclLocalCollective::~NcclLocalCollective() {
-  (void)Synchronize();
+  CudaDeviceGuard device_guard;
+  (void)Synchronize();  // aborts the communicators after an error in them
   for (ncclComm_t comm : comms_) {
-    if (comm != nullptr) ncclCommDestroy(comm);
+    if (comm != nullptr) (void)ncclCommDestroy(comm);
   }
   for (size_t g = 0; g < streams_.size(); ++g) {
-    cudaSetDevice(devices_[g]);
-    cudaStreamDestroy(streams_[g]);
+    // Errors are dropped (a destructor), and cleared by CudaStatus.
+    (void)CudaStatus(cudaSetDevice(devices_[g]), "cudaSetDevice");
+    (void)CudaStatus(cudaStreamDestroy(streams_[g]), "cudaStreamDestroy");
   }
+}
+
+void NcclLocalCollective::AbortCommunicators(const absl::Status& why) {
+  for (ncclComm_t& comm : comms_) {
+    if (comm != nullptr) (void)ncclCommAbort(comm);
+    comm = nullptr;
+  }
+  if (aborted_.ok()) aborted_ = why;
 }
 
 absl::Status NcclLocalCollective::CheckDevice(int device) const {
@@ -65,14 +84,16 @@ absl::StatusOr<LocalBuffer> NcclLocalCollective::AllocateDevice(int device,
                                                                 int64_t bytes) {
   FG_RETURN_IF_ERROR(CheckDevice(device));
   const int cuda = devices_[device];
+  CudaDeviceGuard device_guard;
   FG_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(cuda), "cudaSetDevice"));
   void* data = nullptr;
   FG_RETURN_IF_ERROR(CudaStatus(
       cudaMalloc(&data, static_cast<size_t>(bytes > 0 ? bytes : 1)),
       absl::StrCat("cudaMalloc of ", bytes, " bytes on CUDA device ", cuda)));
   return LocalBuffer(device, data, bytes, [cuda](void* p) {
-    cudaSetDevice(cuda);
-    cudaFree(p);
+    CudaDeviceGuard device_guard;
+    (void)CudaStatus(cudaSetDevice(cuda), "cudaSetDevice");
+    (void)CudaStatus(cudaFree(p), "cudaFree");
   });
 }
 
@@ -82,14 +103,16 @@ absl::StatusOr<LocalBuffer> NcclLocalCollective::AllocateHost(int64_t bytes) {
       cudaHostAlloc(&data, static_cast<size_t>(bytes > 0 ? bytes : 1),
                     cudaHostAllocPortable),
       absl::StrCat("cudaHostAlloc of ", bytes, " pinned bytes")));
-  return LocalBuffer(LocalBuffer::kHost, data, bytes,
-                     [](void* p) { cudaFreeHost(p); });
+  return LocalBuffer(LocalBuffer::kHost, data, bytes, [](void* p) {
+    (void)CudaStatus(cudaFreeHost(p), "cudaFreeHost");
+  });
 }
 
 absl::Status NcclLocalCollective::Copy(int device, void* dst, const void* src,
                                        int64_t bytes, cudaMemcpyKind kind) {
   FG_RETURN_IF_ERROR(CheckDevice(device));
   if (bytes == 0) return absl::OkStatus();
+  CudaDeviceGuard device_guard;
   FG_RETURN_IF_ERROR(
       CudaStatus(cudaSetDevice(devices_[device]), "cudaSetDevice"));
   FG_RETURN_IF_ERROR(
@@ -125,6 +148,10 @@ absl::Status NcclLocalCollective::AllGather(
     any_bytes = any_bytes || op.bytes > 0;
   }
   if (!any_bytes) return absl::OkStatus();
+  if (!aborted_.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the NCCL communicators were aborted after: ", aborted_.ToString()));
+  }
   FG_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
   absl::Status status;
   int64_t run = 0;
@@ -149,7 +176,9 @@ absl::Status NcclLocalCollective::AllGather(
 }
 
 absl::Status NcclLocalCollective::Synchronize() {
+  CudaDeviceGuard device_guard;
   absl::Status first;
+  absl::Status nccl_failed;
   for (size_t g = 0; g < streams_.size(); ++g) {
     absl::Status status =
         CudaStatus(cudaSetDevice(devices_[g]), "cudaSetDevice");
@@ -158,7 +187,7 @@ absl::Status NcclLocalCollective::Synchronize() {
           cudaStreamSynchronize(streams_[g]),
           absl::StrCat("cudaStreamSynchronize on CUDA device ", devices_[g]));
     }
-    if (status.ok() && g < comms_.size()) {
+    if (status.ok() && g < comms_.size() && comms_[g] != nullptr) {
       ncclResult_t async = ncclSuccess;
       status = NcclStatus(ncclCommGetAsyncError(comms_[g], &async),
                           "ncclCommGetAsyncError", comms_[g]);
@@ -166,9 +195,14 @@ absl::Status NcclLocalCollective::Synchronize() {
         status =
             NcclStatus(async, "NCCL on device " + std::to_string(g), comms_[g]);
       }
+      if (!status.ok() && nccl_failed.ok()) nccl_failed = status;
     }
     if (first.ok()) first = status;
   }
+  // NCCL's rule: a communicator with an asynchronous error is aborted, not
+  // destroyed (ncclCommDestroy would wait for work that never ends). The
+  // devices wait for each other in every all_gather, so all of them go.
+  if (!nccl_failed.ok()) AbortCommunicators(nccl_failed);
   return first;
 }
 

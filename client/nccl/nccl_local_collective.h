@@ -4,6 +4,13 @@
 // page-locked (pinned, portable) host memory from cudaHostAlloc, which is
 // what the hierarchical all_gather stages the host result in. Part of
 // fg_client_nccl, built when fedgather/config.h says FEDGATHER_HAVE_NCCL.
+//
+// Every call leaves the calling thread's current CUDA device as it found it,
+// and a failed CUDA call leaves no error behind for the next one
+// (nccl_status.h). After an asynchronous NCCL error (seen by Synchronize)
+// the communicators are aborted: Synchronize returns that error, and every
+// later AllGather fails with FAILED_PRECONDITION carrying it; copies still
+// work.
 #ifndef FEDGATHER_CLIENT_NCCL_NCCL_LOCAL_COLLECTIVE_H_
 #define FEDGATHER_CLIENT_NCCL_NCCL_LOCAL_COLLECTIVE_H_
 
@@ -55,10 +62,14 @@ class NcclLocalCollective : public LocalCollective {
   absl::Status CheckDevice(int device) const;
   absl::Status Copy(int device, void* dst, const void* src, int64_t bytes,
                     cudaMemcpyKind kind);
+  // AbortCommunicators: ncclCommAbort for each; AllGather then fails with
+  // FAILED_PRECONDITION carrying `why`.
+  void AbortCommunicators(const absl::Status& why);
 
   const std::vector<int> devices_;
   std::vector<cudaStream_t> streams_;
-  std::vector<ncclComm_t> comms_;
+  std::vector<ncclComm_t> comms_;  // null once aborted
+  absl::Status aborted_;           // why the communicators were aborted
   mutable absl::Mutex mu_;
   LocalTransferStats stats_ ABSL_GUARDED_BY(mu_);
 };

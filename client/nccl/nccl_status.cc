@@ -11,6 +11,7 @@ namespace fedgather {
 
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
   const std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error),
                                            ": ", cudaGetErrorString(error));
   switch (error) {
@@ -31,6 +32,9 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 absl::Status NcclStatus(ncclResult_t result, absl::string_view what,
                         ncclComm_t comm) {
   if (result == ncclSuccess) return absl::OkStatus();
+  // NCCL passes a CUDA failure on as ncclUnhandledCudaError and leaves the
+  // runtime's last error set.
+  if (result == ncclUnhandledCudaError) (void)cudaGetLastError();
   std::string message = absl::StrCat(what, ": ", ncclGetErrorString(result));
   const char* last = ncclGetLastError(comm);
   if (last != nullptr && std::strlen(last) > 0) {

@@ -21,6 +21,9 @@ namespace fedgather {
 //                       cudaErrorInsufficientDriver,
 //                       cudaErrorDevicesUnavailable)
 //   INTERNAL            anything else
+// For an error it also clears the runtime's last error (cudaGetLastError),
+// so that a later CUDA call does not report a failure that is not its own.
+// A sticky error (one that breaks the context) stays: every call sees it.
 absl::Status CudaStatus(cudaError_t error, absl::string_view what);
 
 // NcclStatus: OK for ncclSuccess; else "<what>: <ncclGetErrorString>" (and
@@ -29,6 +32,8 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what);
 //   UNAVAILABLE       ncclSystemError, ncclRemoteError (a peer or the
 //                     network failed)
 //   INTERNAL          anything else (ncclUnhandledCudaError, ncclInternalError)
+// After ncclUnhandledCudaError it clears the runtime's last error, as
+// CudaStatus does.
 absl::Status NcclStatus(ncclResult_t result, absl::string_view what,
                         ncclComm_t comm = nullptr);
 

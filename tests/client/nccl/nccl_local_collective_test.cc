@@ -116,10 +116,51 @@ TEST(NcclLocalCollectiveTest, BadArgumentsAreStatuses) {
   EXPECT_THAT(
       std::string(huge.message()),
       ::testing::HasSubstr(cudaGetErrorString(cudaErrorMemoryAllocation)));
+  // The failed cudaMalloc left no error for the next call to see.
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess);
   LocalAllGather op;
   op.bytes = 8;
   EXPECT_EQ((*local)->AllGather({&op, 1}).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Whatever device the caller has current stays current: Create, the
+// allocations, copies, all_gathers, Synchronize and the destructor switch
+// devices and switch back.
+TEST(NcclLocalCollectiveTest, LeavesTheCallersDeviceCurrent) {
+  FG_DEVICES_OR_SKIP(devices);
+  const int mine = devices - 1;
+  ASSERT_EQ(cudaSetDevice(mine), cudaSuccess);
+  auto current = [] {
+    int d = -1;
+    EXPECT_EQ(cudaGetDevice(&d), cudaSuccess);
+    return d;
+  };
+  {
+    auto local = NcclLocalCollective::Create();
+    ASSERT_TRUE(local.ok()) << local.status();
+    EXPECT_EQ(current(), mine) << "Create";
+    std::vector<LocalBuffer> in, out;
+    LocalAllGather op;
+    op.bytes = 64;
+    const std::vector<uint8_t> host(64 * devices, 7);
+    for (int g = 0; g < devices; ++g) {
+      in.push_back(*(*local)->AllocateDevice(g, 64));
+      out.push_back(*(*local)->AllocateDevice(g, 64 * devices));
+      ASSERT_TRUE(
+          (*local)->CopyToDevice(g, in[g].data(), host.data(), 64).ok());
+      op.sends.push_back(in[g].data());
+      op.recvs.push_back(out[g].data());
+    }
+    EXPECT_EQ(current(), mine) << "AllocateDevice, CopyToDevice";
+    ASSERT_TRUE((*local)->AllGather({&op, 1}).ok());
+    ASSERT_TRUE((*local)->Synchronize().ok());
+    EXPECT_EQ(current(), mine) << "AllGather, Synchronize";
+    in.clear();
+    out.clear();
+    EXPECT_EQ(current(), mine) << "freeing device memory";
+  }
+  EXPECT_EQ(current(), mine) << "the destructor";
 }
 
 // The hierarchical all_gather on GPUs against a real server: N = 1 node

@@ -49,6 +49,18 @@ struct DeviceGatherResult {
 // another G or other shapes is INVALID_ARGUMENT everywhere); the local
 // collective's errors (CUDA/NCCL failures, nccl_status.h). A node that fails
 // before the network step leaves the others waiting for the round deadline.
+//
+// Streams: it enqueues only on `local`'s own queues (NcclLocalCollective:
+// one stream per GPU, created cudaStreamNonBlocking, so not even the legacy
+// default stream orders them) and does not wait for work on any other
+// stream. So the inputs must be complete in device memory when it is called,
+// and no other stream may still read or write the outputs: work the caller
+// queued on another stream (PyTorch's current stream, cudaMemset on the
+// legacy default stream) must be finished first (cudaStreamSynchronize,
+// torch.cuda.current_stream().synchronize()) or ordered before `local`'s
+// streams with NcclLocalCollective::WaitForStreams. On return every
+// output and the host result are complete (it synchronizes its streams), so
+// any stream may use them. Inputs must stay unchanged until it returns.
 absl::StatusOr<DeviceGatherResult> AllGatherToDevices(
     Group& group, LocalCollective& local,
     absl::Span<const std::vector<ConstDeviceTensor>> inputs,

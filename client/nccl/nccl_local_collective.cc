@@ -175,6 +175,37 @@ absl::Status NcclLocalCollective::AllGather(
   return absl::OkStatus();
 }
 
+absl::Status NcclLocalCollective::WaitForStreams(
+    absl::Span<const cudaStream_t> streams) {
+  if (streams.size() != devices_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        streams.size(), " streams to wait for, not one for each of ",
+        devices_.size(), " local devices"));
+  }
+  CudaDeviceGuard device_guard;
+  for (size_t g = 0; g < streams.size(); ++g) {
+    const int cuda = devices_[g];
+    FG_RETURN_IF_ERROR(CudaStatus(cudaSetDevice(cuda), "cudaSetDevice"));
+    cudaEvent_t ready = nullptr;
+    FG_RETURN_IF_ERROR(
+        CudaStatus(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
+                   absl::StrCat("cudaEventCreate on CUDA device ", cuda)));
+    absl::Status status =
+        CudaStatus(cudaEventRecord(ready, streams[g]),
+                   absl::StrCat("cudaEventRecord on caller stream ", g,
+                                " (CUDA device ", cuda, ")"));
+    if (status.ok()) {
+      status =
+          CudaStatus(cudaStreamWaitEvent(streams_[g], ready, 0),
+                     absl::StrCat("cudaStreamWaitEvent on CUDA device ", cuda));
+    }
+    // The wait, once enqueued, outlives the event.
+    (void)CudaStatus(cudaEventDestroy(ready), "cudaEventDestroy");
+    FG_RETURN_IF_ERROR(status);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NcclLocalCollective::Synchronize() {
   CudaDeviceGuard device_guard;
   absl::Status first;

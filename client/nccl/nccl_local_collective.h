@@ -54,6 +54,14 @@ class NcclLocalCollective : public LocalCollective {
   absl::Status CopyToHost(int device, void* dst, const void* src,
                           int64_t bytes) override;
   absl::Status AllGather(absl::Span<const LocalAllGather> ops) override;
+  // WaitForStreams orders the work enqueued next on each device after the
+  // work enqueued so far on the caller's streams[g] (a stream of CUDA device
+  // cuda_devices()[g]; nullptr is the legacy default stream): an event
+  // recorded on it that device g's stream waits for. It does not block.
+  // Call it before AllGatherToDevices when its inputs were written on
+  // another stream (hierarchical_all_gather.h). INVALID_ARGUMENT unless there
+  // is one stream per device; the runtime's error otherwise.
+  absl::Status WaitForStreams(absl::Span<const cudaStream_t> streams);
   absl::Status Synchronize() override;
   LocalTransferStats stats() const override;
 

@@ -163,6 +163,53 @@ TEST(NcclLocalCollectiveTest, LeavesTheCallersDeviceCurrent) {
   EXPECT_EQ(current(), mine) << "the destructor";
 }
 
+// Inputs written on the caller's own non-blocking streams (as PyTorch's
+// current stream is to the collective) are ordered before the all_gather by
+// WaitForStreams, without a host synchronization.
+TEST(NcclLocalCollectiveTest, WaitForStreamsOrdersTheCallersWrites) {
+  FG_DEVICES_OR_SKIP(devices);
+  auto local = NcclLocalCollective::Create();
+  ASSERT_TRUE(local.ok()) << local.status();
+  EXPECT_EQ((*local)->WaitForStreams({}).code(),
+            absl::StatusCode::kInvalidArgument);
+  constexpr int64_t kBytes = 64 << 20;  // long enough to lose a race
+  std::vector<LocalBuffer> in, out;
+  std::vector<cudaStream_t> theirs(devices, nullptr);
+  LocalAllGather op;
+  op.bytes = kBytes;
+  for (int g = 0; g < devices; ++g) {
+    in.push_back(*(*local)->AllocateDevice(g, kBytes));
+    out.push_back(*(*local)->AllocateDevice(g, kBytes * devices));
+    op.sends.push_back(in[g].data());
+    op.recvs.push_back(out[g].data());
+    ASSERT_EQ(cudaSetDevice((*local)->cuda_devices()[g]), cudaSuccess);
+    ASSERT_EQ(cudaStreamCreateWithFlags(&theirs[g], cudaStreamNonBlocking),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemsetAsync(in[g].data(), 1 + g, kBytes, theirs[g]),
+              cudaSuccess);
+  }
+  ASSERT_TRUE((*local)->WaitForStreams(theirs).ok());
+  ASSERT_TRUE((*local)->AllGather({&op, 1}).ok());
+  ASSERT_TRUE((*local)->Synchronize().ok());
+  LocalBuffer back = *(*local)->AllocateHost(kBytes * devices);
+  for (int d = 0; d < devices; ++d) {
+    ASSERT_TRUE(
+        (*local)
+            ->CopyToHost(d, back.data(), out[d].data(), kBytes * devices)
+            .ok());
+    ASSERT_TRUE((*local)->Synchronize().ok());
+    for (int g = 0; g < devices; ++g) {
+      const uint8_t* slot = back.bytes_data() + g * kBytes;
+      EXPECT_EQ(std::count(slot, slot + kBytes, 1 + g), kBytes)
+          << "device " << d << " slot " << g;
+    }
+  }
+  for (int g = 0; g < devices; ++g) {
+    ASSERT_EQ(cudaSetDevice((*local)->cuda_devices()[g]), cudaSuccess);
+    EXPECT_EQ(cudaStreamDestroy(theirs[g]), cudaSuccess);
+  }
+}
+
 // The hierarchical all_gather on GPUs against a real server: N = 1 node
 // over every GPU, or N = 2 nodes (each half the GPUs; with one GPU both
 // nodes share it with G = 1, which has no cross-GPU waits).

@@ -81,6 +81,10 @@ TEST(NcclLocalCollectiveTest, CopiesAndAllGathersInAndOutOfPlace) {
   for (int g = 0; g < devices; ++g) {
     ASSERT_EQ(cudaSetDevice((*local)->cuda_devices()[g]), cudaSuccess);
     ASSERT_EQ(cudaMemset(out[g].data(), 0, kBytes * devices), cudaSuccess);
+    // cudaMemset runs on the legacy default stream, which does not order
+    // the collective's non-blocking streams: finish it before the copy and
+    // the all_gather write the same buffer.
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_TRUE((*local)
                     ->CopyToDevice(g, out[g].bytes_data() + g * kBytes,
                                    expected.data() + g * kBytes, kBytes)

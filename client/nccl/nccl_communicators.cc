@@ -22,8 +22,8 @@ namespace {
 // CheckLocalDevices: the node's own list, before it joins: not empty, no
 // negative or repeated entry (before any CUDA call), each below
 // cudaGetDeviceCount and each one the runtime can make current, so that
-// the cudaSetDevice calls inside the group below do not fail but in a
-// device lost in between.
+// the cudaSetDevice calls inside the group below fail only for a device
+// lost in between.
 absl::Status CheckLocalDevices(const std::vector<int>& cuda_devices) {
   if (cuda_devices.empty()) {
     return absl::InvalidArgumentError("no CUDA devices to join with");
@@ -40,14 +40,15 @@ absl::Status CheckLocalDevices(const std::vector<int>& cuda_devices) {
 }
 
 // FailOpenGroup makes the open ncclGroupStart section fail, so that
-// ncclGroupEnd runs none of it. A CUDA error is invisible to NCCL: its
-// ncclGroupEnd would run the ncclCommInitRank calls already queued, and
-// those would wait for ever for the local ranks that never joined. An NCCL
-// call that fails inside a group marks the group failed (NCCL's
-// ncclGroupError, src/group.cc), and ncclGroupEnd then cleans up its queued
-// work and returns that error; a collective on a null communicator fails
-// so before it touches CUDA. Read in NCCL 2.19-2.28's source; no GPU here
-// exercises it.
+// ncclGroupEnd runs none of it. A CUDA error is invisible to NCCL, and
+// ncclCommInitRank returns its own cudaGetDevice failure without marking
+// the group: ncclGroupEnd would then run the ncclCommInitRank calls already
+// queued, and those would wait for ever for the local ranks that never
+// joined. An NCCL call that fails inside a group marks the group failed
+// (NCCL's ncclGroupError, src/group.cc), and ncclGroupEnd then cleans up
+// its queued work and returns that error; a collective on a null
+// communicator fails so before it touches CUDA. Read in NCCL 2.19-2.28's
+// source; no GPU here exercises it.
 void FailOpenGroup() {
   (void)ncclAllGather(nullptr, nullptr, 0, ncclInt8, /*comm=*/nullptr,
                       /*stream=*/nullptr);
@@ -94,16 +95,14 @@ absl::StatusOr<std::unique_ptr<NcclCommunicators>> NcclCommunicators::Create(
         CudaStatus(cudaSetDevice(comms->devices_[g]),
                    absl::StrCat("cudaSetDevice(", comms->devices_[g],
                                 ") for global rank ", comms->global_rank(g)));
-    if (!status.ok()) {
-      FailOpenGroup();
-      break;
+    if (status.ok()) {
+      status =
+          NcclStatus(ncclCommInitRank(&comms->comms_[g], comms->size_, id,
+                                      comms->global_rank(g)),
+                     absl::StrCat("ncclCommInitRank of global rank ",
+                                  comms->global_rank(g), " of ", comms->size_));
     }
-    // A failing ncclCommInitRank marks the group failed itself.
-    status =
-        NcclStatus(ncclCommInitRank(&comms->comms_[g], comms->size_, id,
-                                    comms->global_rank(g)),
-                   absl::StrCat("ncclCommInitRank of global rank ",
-                                comms->global_rank(g), " of ", comms->size_));
+    if (!status.ok()) FailOpenGroup();
   }
   // A group that was started is ended, whatever happened inside it.
   const absl::Status ended = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");

@@ -7,7 +7,8 @@
 # artefacts offline (deploy/validate.sh: compose, kustomize, schemas), then
 # runs the compose simulation in a real Docker engine (deploy/compose/run.sh:
 # builds both images, trains to the end, checks the containers' hardening;
-# about 15 minutes cold, skipped when no engine can run here).
+# about 8 minutes cold, skipped when no engine can run here), and the GPU
+# device check's bundle in a bare container (bench/gpu/check_bundle_bare.sh).
 #
 #   tests/run.sh [--build-dir DIR] [--sanitize address,undefined|thread]
 #                [--fuzz SECONDS]
@@ -228,7 +229,7 @@ done_in "deploy validation"
 current="the compose simulation in Docker (deploy/compose/run.sh)"
 section "$current"
 compose_rc=0
-# About 15 minutes cold (debootstrap, two image builds), 1 warm; 30 at most.
+# About 8 minutes cold (debootstrap, two image builds), 1 warm; 30 at most.
 timeout -k 120 1800 bash deploy/compose/run.sh || compose_rc=$?
 if [ "$compose_rc" = 77 ]; then
   echo "-- SKIPPED: no Docker engine can run on this machine (see above)"
@@ -239,6 +240,26 @@ elif [ "$compose_rc" != 0 ]; then
   exit "$compose_rc"
 fi
 done_in "compose simulation"
+
+# The GPU device check's bundle, from this build, in a bare container with no
+# GPU (bench/gpu/check_bundle_bare.sh): every library it needs travels with
+# it, and everything before the first GPU call passes. Only where NCCL was
+# built (CUDA and NCCL in /usr/local/cuda) and an engine can run.
+current="the GPU bundle in a bare container (bench/gpu/check_bundle_bare.sh)"
+section "$current"
+if [ ! -x "$BUILD_DIR/tests/client/nccl/client_nccl_gpu_test" ]; then
+  echo "-- SKIPPED: this build has no NCCL hand-off (no CUDA and NCCL in /usr/local/cuda)"
+else
+  bash bench/gpu/bundle.sh --build-dir "$BUILD_DIR" --out "$BUILD_DIR/gpu-bundle"
+  bundle_rc=0
+  timeout -k 60 600 bash bench/gpu/check_bundle_bare.sh "$BUILD_DIR/gpu-bundle" || bundle_rc=$?
+  if [ "$bundle_rc" = 77 ]; then
+    echo "-- SKIPPED: no Docker engine can run on this machine (see above)"
+  elif [ "$bundle_rc" != 0 ]; then
+    exit "$bundle_rc"
+  fi
+fi
+done_in "GPU bundle"
 
 echo
 echo "tests/run.sh: all passed in ${SECONDS} s (build dir $BUILD_DIR)"

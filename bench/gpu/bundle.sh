@@ -10,7 +10,8 @@
 # 1. configures DIR (default: build-gpu in the repository root; `--build-dir
 #    build` reuses tests/run.sh's build) with FEDGATHER_WITH_NCCL=ON and
 #    builds the client/nccl tests, nccl_bandwidth, fedgather and
-#    fedgather-server (RelWithDebInfo, as tests/run.sh);
+#    fedgather-server (a new DIR: RelWithDebInfo, as tests/run.sh, without the
+#    Python module; an existing one keeps its settings);
 # 2. copies them, stripped, into OUT/bin (default: bench/gpu/bundle, which git
 #    ignores), with every shared library they load into OUT/lib except glibc,
 #    libstdc++ and libgcc_s (every Linux has them) and the CUDA runtime, NCCL
@@ -55,8 +56,12 @@ TOOLS=(bench/gpu/nccl_bandwidth client/fedgather server/fedgather-server)
 echo "== configure $BUILD_DIR with FEDGATHER_WITH_NCCL=ON"
 mkdir -p "$BUILD_DIR"
 CONFIGURE_LOG="$BUILD_DIR/bundle-configure.log"
-cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATHER_BUILD_TESTS=ON \
-  -DFEDGATHER_BUILD_PYTHON=OFF -DFEDGATHER_WITH_NCCL=ON >"$CONFIGURE_LOG" 2>&1 || {
+# A build directory that exists keeps its other settings (tests/run.sh's, say).
+settings=(-DFEDGATHER_WITH_NCCL=ON)
+if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  settings+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFEDGATHER_BUILD_TESTS=ON -DFEDGATHER_BUILD_PYTHON=OFF)
+fi
+cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja "${settings[@]}" >"$CONFIGURE_LOG" 2>&1 || {
   tail -n 20 "$CONFIGURE_LOG" >&2; exit 1; }
 grep "NCCL hand-off" "$CONFIGURE_LOG"
 

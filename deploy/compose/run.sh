@@ -41,14 +41,14 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 COMPOSE_FILE="$ROOT/deploy/compose/docker-compose.yml"
 PROMETHEUS_FILE="$ROOT/deploy/compose/prometheus.yml"
 PROJECT="${FEDGATHER_COMPOSE_PROJECT:-fedgather-sim}"
-MIRROR="${FEDGATHER_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 ROUNDS=30
 KEEP=0
 MIN_ACCURACY=0.90
 SITES=(site-1 site-2 site-3 site-4)
-# Debian's docker CLI: /usr/local/bin/docker on these machines is another
-# CLI without buildx, through which BuildKit fails.
-DOCKER=/usr/bin/docker
+# The engine, Debian's docker CLI ($DOCKER) and the base images.
+# shellcheck source=deploy/docker/engine.sh
+. "$ROOT/deploy/docker/engine.sh"
+# docker-compose's builds call `docker`: Debian's, not /usr/local/bin's.
 export PATH="/usr/bin:/usr/sbin:$PATH"
 
 usage() {
@@ -94,17 +94,12 @@ compose() {
 container() { echo "${PROJECT}_$1_1"; }
 inspect() { "$DOCKER" inspect --format "$2" "$(container "$1")" 2>/dev/null || true; }
 
-STARTED_DOCKERD=0
-DOCKERD_PID=""
 # shellcheck disable=SC2317  # run by the EXIT trap
 cleanup() {
   if [ "$KEEP" = 0 ] && "$DOCKER" info >/dev/null 2>&1; then
     compose down -v --remove-orphans >/dev/null 2>&1 || true
   fi
-  if [ "$STARTED_DOCKERD" = 1 ] && [ -n "$DOCKERD_PID" ]; then
-    kill "$DOCKERD_PID" 2>/dev/null || true
-    for _ in $(seq 30); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 1; done
-  fi
+  engine_stop
 }
 trap cleanup EXIT
 # A timeout's SIGTERM (tests/run.sh) or ^C still takes the containers down and stops the dockerd this started.
@@ -113,66 +108,16 @@ trap 'exit 130' INT
 
 # ---- 1. the engine and the tools ----------------------------------------------------------------------------
 step "installing Docker's engine, docker-compose and debootstrap (Debian packages) if missing"
-missing=()
-[ -x /usr/bin/docker ] && [ -x /usr/sbin/dockerd ] || missing+=(docker.io)
-command -v docker-compose >/dev/null || missing+=(docker-compose)
-command -v debootstrap >/dev/null || missing+=(debootstrap)
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "SKIP: need ${missing[*]}: run as root, or install them (apt-get install ${missing[*]})" >&2
-    exit 77
-  fi
-  apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+engine_install docker-compose
 echo "   $("$DOCKER" --version); $(docker-compose --version)"
 
 # ---- 2. the daemon ------------------------------------------------------------------------------------------
 step "starting dockerd if none answers"
-if "$DOCKER" info >/dev/null 2>&1; then
-  echo "   a Docker daemon answers; it stays running afterwards"
-else
-  [ "$(id -u)" = 0 ] || { echo "SKIP: no Docker daemon answers, and starting one needs root" >&2; exit 77; }
-  DOCKERD_LOG="$(mktemp /tmp/fedgather-dockerd.XXXXXX.log)"
-  /usr/sbin/dockerd >"$DOCKERD_LOG" 2>&1 &
-  DOCKERD_PID=$!
-  STARTED_DOCKERD=1
-  for _ in $(seq 60); do "$DOCKER" info >/dev/null 2>&1 && break; sleep 1; done
-  if ! "$DOCKER" info >/dev/null 2>&1; then
-    echo "SKIP: dockerd did not answer within 60 s, so no engine can run here; its log ($DOCKERD_LOG):" >&2
-    tail -n 20 "$DOCKERD_LOG" >&2
-    exit 77
-  fi
-  echo "   started dockerd (pid $DOCKERD_PID, log $DOCKERD_LOG); it is stopped at the end"
-fi
+engine_start
 
 # ---- 3. the base images -------------------------------------------------------------------------------------
 step "base images debian:12 and debian:12-slim"
-if "$DOCKER" image inspect debian:12 >/dev/null 2>&1 && "$DOCKER" image inspect debian:12-slim >/dev/null 2>&1; then
-  echo "   present; reused"
-else
-  rootfs="$(mktemp -d /tmp/fedgather-rootfs.XXXXXX)"
-  echo "   debootstrap --variant=minbase bookworm from $MIRROR"
-  debootstrap --variant=minbase bookworm "$rootfs" "$MIRROR" >"$rootfs.log" 2>&1 || {
-    tail -n 20 "$rootfs.log" >&2; exit 1; }
-  # The same suites as Debian's own images: the release, its updates and the security archive.
-  cat >"$rootfs/etc/apt/sources.list" <<EOF
-deb $MIRROR bookworm main
-deb $MIRROR bookworm-updates main
-deb ${MIRROR%/debian}/debian-security bookworm-security main
-EOF
-  rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
-  tar -C "$rootfs" -c . | "$DOCKER" import --change 'CMD ["bash"]' - debian:12 >/dev/null
-  "$DOCKER" tag debian:12 debian:12-slim
-  rm -rf "$rootfs" "$rootfs.log"
-  echo "   imported: $("$DOCKER" image inspect --format '{{.Size}}' debian:12) bytes"
-fi
-# A daemon that answers but cannot start a container (no overlay filesystem, no cgroups: a nested container
-# without privileges) is no engine either.
-if ! probe="$("$DOCKER" run --rm --network none debian:12 true 2>&1)"; then
-  echo "SKIP: dockerd answers but cannot run a container here: $probe" >&2
-  exit 77
-fi
+engine_base_images
 
 # ---- 4. the images ------------------------------------------------------------------------------------------
 step "building fedgather/server:local and fedgather/fedavg-site:local (BuildKit)"

@@ -16,6 +16,7 @@
 #include "client/cli/progress_reporter.h"
 #include "client/client.h"
 #include "client/nccl/cpu_local_collective.h"
+#include "client/nccl/nccl_module_loader.h"
 #include "client/nccl/stacked_gather.h"
 #include "client/part_buffer.h"
 #include "common/data_plane_name.h"
@@ -23,10 +24,6 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tls_credentials.h"
-#include "fedgather/config.h"
-#if FEDGATHER_HAVE_NCCL
-#include "client/nccl/nccl_local_collective.h"
-#endif
 
 namespace fedgather::cli {
 namespace {
@@ -147,29 +144,23 @@ absl::StatusOr<Result> AllReduce(Group& group,
   return result;
 }
 
-// MakeLocalCollective returns the node's `gpus` GPUs (CUDA devices 0..G-1),
-// or their emulation in host memory.
-absl::StatusOr<std::unique_ptr<LocalCollective>> MakeLocalCollective(
-    int gpus, bool emulate) {
+// MakeLocalCollective returns the node's `gpus` GPUs (CUDA devices 0..G-1)
+// through the NCCL module at `nccl_module` (empty: NcclModulePath()), or
+// their emulation in host memory.
+LocalCollectiveOrError MakeLocalCollective(int gpus, bool emulate,
+                                           const std::string& nccl_module) {
   if (emulate) return std::make_unique<CpuLocalCollective>(gpus);
-#if FEDGATHER_HAVE_NCCL
   std::vector<int> devices;
   for (int g = 0; g < gpus; ++g) devices.push_back(g);
-  absl::StatusOr<std::unique_ptr<NcclLocalCollective>> nccl =
-      NcclLocalCollective::Create(devices);
-  if (!nccl.ok()) {
+  LocalCollectiveOrError local = LoadNcclLocalCollective(
+      nccl_module.empty() ? NcclModulePath() : nccl_module, devices);
+  if (!local.ok()) {
     return absl::Status(
-        nccl.status().code(),
-        absl::StrCat("--gpus ", gpus, ": ", nccl.status().message(),
+        local.status().code(),
+        absl::StrCat("--gpus ", gpus, ": ", local.status().message(),
                      "; --emulate-gpus runs the same path in host memory"));
   }
-  return std::unique_ptr<LocalCollective>(std::move(*nccl));
-#else
-  return absl::FailedPreconditionError(absl::StrCat(
-      "--gpus ", gpus,
-      ": this fedgather was built without NCCL (FEDGATHER_WITH_NCCL); "
-      "--emulate-gpus runs the same path in host memory"));
-#endif
+  return local;
 }
 
 // AllGatherToGpus runs the hierarchical all_gather of a node's stacked
@@ -247,8 +238,9 @@ absl::Status RunJoin(const JoinCommandOptions& options) {
   }
   std::unique_ptr<LocalCollective> local;
   if (options.gpus > 0) {
-    FG_ASSIGN_OR_RETURN(
-        local, MakeLocalCollective(options.gpus, options.emulate_gpus));
+    FG_ASSIGN_OR_RETURN(local,
+                        MakeLocalCollective(options.gpus, options.emulate_gpus,
+                                            options.nccl_module));
   }
   std::string raw_input;
   std::vector<ConstHostTensor> inputs;

@@ -33,10 +33,14 @@ struct JoinCommandOptions {
   // rank * gpus + g); each input tensor is [gpus, *shape], slice g for GPU
   // g. The hierarchical all_gather (client/nccl) hands the result to every
   // GPU, checks each GPU's copy against the host's and writes the host's,
-  // [N * gpus, *shape]. Needs a build with NCCL and that many CUDA devices;
-  // `emulate_gpus` runs the same path on host memory (CpuLocalCollective).
+  // [N * gpus, *shape]. Needs the NCCL module (client/nccl/nccl_module.h),
+  // loaded from `nccl_module` (empty: NcclModulePath(), next to the
+  // executable or $FEDGATHER_NCCL_MODULE) only then, and that many CUDA
+  // devices; `emulate_gpus` runs the same path on host memory
+  // (CpuLocalCollective) and loads nothing.
   int gpus = 0;
   bool emulate_gpus = false;
+  std::string nccl_module;
   std::string input;   // safetensors; for all_gather_bytes any file
   std::string output;  // safetensors, see RunJoin
   absl::Duration timeout = absl::Minutes(5);

@@ -21,6 +21,7 @@
 #include "client/nccl/unique_id.h"
 #include "common/safetensors.h"
 #include "fedgather/config.h"
+#include "tests/client/nccl/fake_nccl_modules.h"
 #include "tests/e2e/test_cluster.h"
 #if FEDGATHER_HAVE_NCCL
 #include "client/nccl/nccl_status.h"
@@ -247,9 +248,17 @@ TEST(ShareFromRankZeroTest, RankZerosFailureFailsEveryRankWithItsReason) {
   members.ExpectNextRoundWorks();
 }
 
-// `fedgather join --gpus 2 --emulate-gpus` on two nodes: the output holds
+// `fedgather join --gpus 2` on two nodes, with --emulate-gpus or with GPUs
+// from an NCCL module (a stand-in over CpuLocalCollective): the output holds
 // [4, ...] with node n's slice g at row 2n + g.
-TEST(JoinGpusTest, EmulatedGpusWriteEveryGlobalRankInOrder) {
+class JoinGpusTest : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(EmulatedOrFromAModule, JoinGpusTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "FromAModule" : "Emulated";
+                         });
+
+TEST_P(JoinGpusTest, GpusWriteEveryGlobalRankInOrder) {
+  const bool from_module = GetParam();
   constexpr int kNodes = 2, kGpus = 2;
   TestCluster cluster(kNodes);
   const TensorSpec w{"w", DType::kF32, {kGpus, 3}};
@@ -274,7 +283,8 @@ TEST(JoinGpusTest, EmulatedGpusWriteEveryGlobalRankInOrder) {
     options.world_size = kNodes;
     options.rank = n;
     options.gpus = kGpus;
-    options.emulate_gpus = true;
+    options.emulate_gpus = !from_module;
+    if (from_module) options.nccl_module = NextToThisTest(kFakeNcclModule);
     options.input = absl::StrCat(cluster.dir(), "/in-", n, ".safetensors");
     options.output = absl::StrCat(cluster.dir(), "/out-", n, ".safetensors");
     options.timeout = absl::Seconds(60);
@@ -304,7 +314,7 @@ TEST(JoinGpusTest, EmulatedGpusWriteEveryGlobalRankInOrder) {
   }
 }
 
-TEST(JoinGpusTest, InputsThatAreNotOneSlicePerGpuAreRefused) {
+TEST(JoinGpusErrorTest, InputsThatAreNotOneSlicePerGpuAreRefused) {
   TestCluster cluster(1);
   const TensorSpec w{"w", DType::kF32, {3, 3}};
   const std::vector<uint8_t> data(ByteSize(w).value());
@@ -330,10 +340,10 @@ TEST(JoinGpusTest, InputsThatAreNotOneSlicePerGpuAreRefused) {
               HasSubstr("with all_gather"));
 }
 
-// Without GPUs `--gpus` without `--emulate-gpus` says why and names the
-// emulation (on a machine with two GPUs it would run; that is the gpu
-// tests' business).
-TEST(JoinGpusTest, RealGpusWithoutDevicesSayWhy) {
+// Without GPUs `--gpus` without `--emulate-gpus` says why, through the
+// build's NCCL module, and names the emulation (on a machine with two GPUs
+// it would run; that is the gpu tests' business).
+TEST(JoinGpusErrorTest, RealGpusWithoutDevicesSayWhy) {
 #if FEDGATHER_HAVE_NCCL
   if (CudaDeviceCount().ok()) {
     GTEST_SKIP() << "this machine has CUDA devices";

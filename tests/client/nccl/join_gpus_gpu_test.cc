@@ -45,7 +45,8 @@ TEST(JoinGpusOnAGpuTest, OneGpuReturnsTheInputByteForByte) {
   const absl::Status joined = cli::RunJoin(options);
   ASSERT_TRUE(joined.ok()) << joined;
 
-  absl::StatusOr<SafetensorsFile> out = SafetensorsFile::ReadFile(options.output);
+  absl::StatusOr<SafetensorsFile> out =
+      SafetensorsFile::ReadFile(options.output);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->metadata().at("fedgather.gpus"), "1");
   ASSERT_EQ(out->tensors().size(), 3u);

@@ -9,9 +9,10 @@
 #
 # 1. configures DIR (default: build-gpu in the repository root; `--build-dir
 #    build` reuses tests/run.sh's build) with FEDGATHER_WITH_NCCL=ON and
-#    builds the client/nccl tests, nccl_bandwidth, fedgather and
-#    fedgather-server (a new DIR: RelWithDebInfo, as tests/run.sh, without the
-#    Python module; an existing one keeps its settings);
+#    builds the client/nccl tests, nccl_bandwidth, fedgather,
+#    fedgather-server and the NCCL module fedgather loads for --gpus (a new
+#    DIR: RelWithDebInfo, as tests/run.sh, without the Python module; an
+#    existing one keeps its settings);
 # 2. copies them, stripped, into OUT/bin (default: bench/gpu/bundle, which git
 #    ignores), with every shared library they load into OUT/lib except glibc,
 #    libstdc++ and libgcc_s (every Linux has them) and the CUDA runtime, NCCL
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) [ $# -ge 2 ] || { echo "--build-dir needs a value" >&2; exit 1; }; BUILD_DIR="$2"; shift ;;
     --out) [ $# -ge 2 ] || { echo "--out needs a value" >&2; exit 1; }; OUT_DIR="$2"; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "unknown argument: $1" >&2; exit 1 ;;
   esac
   shift
@@ -52,6 +53,11 @@ TESTS=(
   tests/client/nccl/client_nccl_gpu_test
 )
 TOOLS=(bench/gpu/nccl_bandwidth client/fedgather server/fedgather-server)
+# Shared objects loaded at run time, by target and file: the NCCL module,
+# which fedgather and the tests look for next to themselves, and the tests'
+# stand-in for it.
+MODULE_TARGETS=(fedgather_nccl fg_test_fake_nccl_module)
+MODULES=(client/libfedgather_nccl.so tests/client/nccl/libfg_test_fake_nccl_module.so)
 
 echo "== configure $BUILD_DIR with FEDGATHER_WITH_NCCL=ON"
 mkdir -p "$BUILD_DIR"
@@ -66,14 +72,14 @@ cmake -S "$ROOT" -B "$BUILD_DIR" -G Ninja "${settings[@]}" >"$CONFIGURE_LOG" 2>&
 grep "NCCL hand-off" "$CONFIGURE_LOG"
 
 echo "== build"
-targets=()
+targets=("${MODULE_TARGETS[@]}")
 for path in "${TESTS[@]}" "${TOOLS[@]}"; do targets+=("$(basename "$path")"); done
 cmake --build "$BUILD_DIR" -j2 --target "${targets[@]}"
 
 echo "== copy into $OUT_DIR"
 rm -rf "$OUT_DIR"
 mkdir -p "$OUT_DIR/bin" "$OUT_DIR/lib" "$OUT_DIR/data"
-for path in "${TESTS[@]}" "${TOOLS[@]}"; do
+for path in "${TESTS[@]}" "${TOOLS[@]}" "${MODULES[@]}"; do
   strip -o "$OUT_DIR/bin/$(basename "$path")" "$BUILD_DIR/$path"
 done
 

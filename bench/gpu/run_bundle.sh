@@ -7,23 +7,26 @@
 # The device is bare and offline: nothing is installed or fetched. In about
 # 2 minutes (5 at most: every test has 60 s, the whole script 270 s) it
 #   1. records the machine (MANIFEST, glibc, nvidia-smi);
-#   2. finds NCCL (libnccl.so.2) and the CUDA runtime (libcudart.so.13), which
+#   2. checks that fedgather starts without NCCL and the CUDA runtime (it
+#      loads them through its NCCL module for join --gpus only), and that
+#      join --gpus then names the missing library;
+#   3. finds NCCL (libnccl.so.2) and the CUDA runtime (libcudart.so.13), which
 #      such a machine has only inside its Python environment
 #      (site-packages/nvidia/*/lib), and puts them and the bundle's lib/ on
 #      LD_LIBRARY_PATH; then checks that every binary's libraries resolve;
-#   3. runs the client/nccl tests that need no GPU, each test on its own;
-#   4. asks the CUDA runtime for a device (client_nccl_gpu_test's first
+#   4. runs the client/nccl tests that need no GPU, each test on its own;
+#   5. asks the CUDA runtime for a device (client_nccl_gpu_test's first
 #      test): with none it stops there, exit 3, saying that no GPU was found
 #      and why;
-#   5. runs every GPU test on its own with NCCL_DEBUG=WARN; a skip is a
+#   6. runs every GPU test on its own with NCCL_DEBUG=WARN; a skip is a
 #      failure unless it is one a GPU machine is meant to see (the checks of
 #      what happens without a GPU, or a test that needs more GPUs than there
 #      are);
-#   6. runs `fedgather join --gpus 1` against a local fedgather-server over
+#   7. runs `fedgather join --gpus 1` against a local fedgather-server over
 #      mutual TLS (certificates from the bundle's own `fedgather provision`)
 #      and checks the output byte for byte against the input (join itself
 #      reads every GPU's copy back and compares it);
-#   7. measures H2D, D2H and ncclAllGather bandwidth (nccl_bandwidth 256).
+#   8. measures H2D, D2H and ncclAllGather bandwidth (nccl_bandwidth 256).
 # Everything goes under $OUT (else the bundle's out/): run_bundle.log, one log
 # per test in tests/, nccl_bandwidth.csv, summary.txt.
 # Exit status: 0 when everything passed, 1 when something failed, 3 when no
@@ -66,6 +69,26 @@ if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv | tee "$OUT/gpus.csv"
 else
   echo "nvidia-smi: not on PATH"
+fi
+
+step "fedgather starts without NCCL and the CUDA runtime"
+# It loads them (through its NCCL module) only for join --gpus: with neither
+# on the library path it must start, and --gpus must name what is missing.
+rc=0
+LD_LIBRARY_PATH="$BUNDLE/lib" "$BUNDLE/bin/fedgather" --help >/dev/null 2>"$OUT/fedgather_help.err" || rc=$?
+if [ "$rc" = 0 ]; then PASSED=$((PASSED + 1)); echo "   ok    fedgather --help"; else
+  fail "fedgather --help without NCCL on the library path: exit $rc: $(head -n 3 "$OUT/fedgather_help.err")"; fi
+if ldconfig -p 2>/dev/null | grep -qE 'libnccl\.so\.2|libcudart\.so\.13'; then
+  echo "   (the system's library path has NCCL or the CUDA runtime: join --gpus without them is not checked here)"
+else
+  missing="$(LD_LIBRARY_PATH="$BUNDLE/lib" "$BUNDLE/bin/fedgather" join --server 127.0.0.1:1 --tls-dir /nonexistent \
+    --group demo --world-size 1 --gpus 1 --input /nonexistent --output /nonexistent 2>&1)"
+  echo "   $missing"
+  if grep -q 'does not load: lib\(nccl\.so\.2\|cudart\.so\.13\): cannot open shared object file' <<<"$missing"; then
+    PASSED=$((PASSED + 1)); echo "   ok    fedgather join --gpus 1 names the missing library"
+  else
+    fail "fedgather join --gpus 1 without NCCL: want the module's missing library named, got: $missing"
+  fi
 fi
 
 step "NCCL and the CUDA runtime"

@@ -1,8 +1,10 @@
-// `fedgather join --gpus 1` on a real GPU, end to end: RunJoin's
-// MakeLocalCollective takes NcclLocalCollective (no --emulate-gpus), the
-// input goes to the device, through the group over mutual TLS and back, and
-// join reads the device's copy back and compares it. Part of
-// client_nccl_gpu_test (ctest label `gpu`); skips without a CUDA device.
+// `fedgather join --gpus 1` on a real GPU, end to end: RunJoin loads the
+// NCCL module from next to this binary, as the CLI does from next to itself
+// (the build links it there, the GPU bundle copies it), and gets an
+// NcclLocalCollective from it; the input goes to the device, through the
+// group over mutual TLS and back, and join reads the device's copy back and
+// compares it. Part of client_nccl_gpu_test (ctest label `gpu`); skips
+// without a CUDA device.
 #include <gtest/gtest.h>
 
 #include <string>

@@ -4,9 +4,9 @@
 // fedavg.h). Rank 0 prints the setup, the per-round accuracy table, the
 // local-only baselines and, last, "final test accuracy: 0.xxx".
 // See examples/fedavg_digits/README.md.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
 #include <iostream>

@@ -183,10 +183,9 @@ TEST(DrainTest, TheRoundInFlightFinishesThenTheEpochEnds) {
   int aborted = -1;
   std::thread drain;
   std::vector<absl::Status> status = RunWithRankOneLate(cluster, members, [&] {
-    drain = std::thread(
-        [&] {
-          aborted = cluster.server().Drain(absl::Seconds(30)).rounds_failed;
-        });
+    drain = std::thread([&] {
+      aborted = cluster.server().Drain(absl::Seconds(30)).rounds_failed;
+    });
     // The health service says so at once, and new joins are refused.
     absl::Status health = probe->CheckHealth();
     for (int i = 0; i < 500 && health.ok(); ++i) {

@@ -45,10 +45,10 @@ class RestartTest : public ::testing::Test {
  protected:
   RestartTest()
       : cluster_(Options()),
-        server_(cluster_, {"--state-dir", cluster_.dir() + "/state",
-                           "--resume-grace", "60", "--heartbeat-interval",
-                           "0.2", "--drain-timeout", "1", "--log-format",
-                           "text"}) {}
+        server_(cluster_,
+                {"--state-dir", cluster_.dir() + "/state", "--resume-grace",
+                 "60", "--heartbeat-interval", "0.2", "--drain-timeout", "1",
+                 "--log-format", "text"}) {}
 
   static ClusterOptions Options() {
     ClusterOptions options(kWorld);

@@ -1,5 +1,7 @@
 #include "client/nccl/nccl_local_collective.h"
 
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -152,6 +154,8 @@ absl::Status NcclLocalCollective::AllGather(
     return absl::FailedPreconditionError(absl::StrCat(
         "the NCCL communicators were aborted after: ", aborted_.ToString()));
   }
+  // A failed ncclGroupEnd can leave another device current.
+  CudaDeviceGuard device_guard;
   FG_RETURN_IF_ERROR(NcclStatus(ncclGroupStart(), "ncclGroupStart"));
   absl::Status status;
   int64_t run = 0;
@@ -206,6 +210,21 @@ absl::Status NcclLocalCollective::WaitForStreams(
   return absl::OkStatus();
 }
 
+absl::Status NcclLocalCollective::AsyncNcclError() const {
+  for (size_t g = 0; g < comms_.size(); ++g) {
+    if (comms_[g] == nullptr) continue;
+    ncclResult_t async = ncclSuccess;
+    absl::Status status = NcclStatus(ncclCommGetAsyncError(comms_[g], &async),
+                                     "ncclCommGetAsyncError", comms_[g]);
+    if (status.ok()) {
+      status =
+          NcclStatus(async, "NCCL on device " + std::to_string(g), comms_[g]);
+    }
+    if (!status.ok()) return status;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NcclLocalCollective::Synchronize() {
   CudaDeviceGuard device_guard;
   absl::Status first;
@@ -213,28 +232,37 @@ absl::Status NcclLocalCollective::Synchronize() {
   for (size_t g = 0; g < streams_.size(); ++g) {
     absl::Status status =
         CudaStatus(cudaSetDevice(devices_[g]), "cudaSetDevice");
-    if (status.ok()) {
-      status = CudaStatus(
-          cudaStreamSynchronize(streams_[g]),
-          absl::StrCat("cudaStreamSynchronize on CUDA device ", devices_[g]));
-    }
-    if (status.ok() && g < comms_.size() && comms_[g] != nullptr) {
-      ncclResult_t async = ncclSuccess;
-      status = NcclStatus(ncclCommGetAsyncError(comms_[g], &async),
-                          "ncclCommGetAsyncError", comms_[g]);
-      if (status.ok()) {
-        status =
-            NcclStatus(async, "NCCL on device " + std::to_string(g), comms_[g]);
+    // Polled, not waited for (NCCL's pattern for asynchronous errors): after
+    // one, NCCL's kernels may spin for ever, and only aborting the
+    // communicators ends them. NCCL's rule: a communicator with an
+    // asynchronous error is aborted, not destroyed (ncclCommDestroy would
+    // wait for that work too). The devices wait for each other in every
+    // all_gather, so all of them go.
+    while (status.ok()) {
+      const cudaError_t query = cudaStreamQuery(streams_[g]);
+      if (query == cudaSuccess) break;
+      if (query != cudaErrorNotReady) {
+        status = CudaStatus(
+            query,
+            absl::StrCat("cudaStreamQuery on CUDA device ", devices_[g]));
+        break;
       }
-      if (!status.ok() && nccl_failed.ok()) nccl_failed = status;
+      absl::Status nccl = AsyncNcclError();
+      if (!nccl.ok()) {
+        if (nccl_failed.ok()) nccl_failed = nccl;
+        AbortCommunicators(nccl);
+      }
+      std::this_thread::yield();
     }
     if (first.ok()) first = status;
   }
-  // NCCL's rule: a communicator with an asynchronous error is aborted, not
-  // destroyed (ncclCommDestroy would wait for work that never ends). The
-  // devices wait for each other in every all_gather, so all of them go.
-  if (!nccl_failed.ok()) AbortCommunicators(nccl_failed);
-  return first;
+  // An error raised by work that has finished.
+  absl::Status nccl = AsyncNcclError();
+  if (!nccl.ok()) {
+    if (nccl_failed.ok()) nccl_failed = nccl;
+    AbortCommunicators(nccl);
+  }
+  return first.ok() ? nccl_failed : first;
 }
 
 LocalTransferStats NcclLocalCollective::stats() const {

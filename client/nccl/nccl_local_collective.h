@@ -3,14 +3,17 @@
 // non-blocking CUDA stream per GPU, device memory from cudaMalloc and
 // page-locked (pinned, portable) host memory from cudaHostAlloc, which is
 // what the hierarchical all_gather stages the host result in. Part of
-// fg_client_nccl, built when fedgather/config.h says FEDGATHER_HAVE_NCCL.
+// fg_nccl_local (and the NCCL module, nccl_module.h), built when
+// fedgather/config.h says FEDGATHER_HAVE_NCCL.
 //
 // Every call leaves the calling thread's current CUDA device as it found it,
 // and a failed CUDA call leaves no error behind for the next one
-// (nccl_status.h). After an asynchronous NCCL error (seen by Synchronize)
-// the communicators are aborted: Synchronize returns that error, and every
-// later AllGather fails with FAILED_PRECONDITION carrying it; copies still
-// work.
+// (nccl_status.h). Synchronize polls the streams and NCCL's asynchronous
+// errors in turn rather than blocking on a stream, because NCCL's kernels
+// may never finish after such an error. After one the communicators are
+// aborted, which ends their kernels: Synchronize returns that error, and
+// every later AllGather fails with FAILED_PRECONDITION carrying it; copies
+// still work.
 #ifndef FEDGATHER_CLIENT_NCCL_NCCL_LOCAL_COLLECTIVE_H_
 #define FEDGATHER_CLIENT_NCCL_NCCL_LOCAL_COLLECTIVE_H_
 
@@ -68,6 +71,9 @@ class NcclLocalCollective : public LocalCollective {
  private:
   NcclLocalCollective(std::vector<int> devices);
   absl::Status CheckDevice(int device) const;
+  // AsyncNcclError: the first asynchronous error of a communicator not yet
+  // aborted (ncclCommGetAsyncError); OK when there is none.
+  absl::Status AsyncNcclError() const;
   absl::Status Copy(int device, void* dst, const void* src, int64_t bytes,
                     cudaMemcpyKind kind);
   // AbortCommunicators: ncclCommAbort for each; AllGather then fails with

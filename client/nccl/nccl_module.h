@@ -10,9 +10,9 @@
 // do. What crosses it is C++ (LocalCollective, absl::Status), so a module
 // works only with the build of fedgather it came from: the loader refuses a
 // module whose ABI key (fedgather/config.h's FEDGATHER_NCCL_MODULE_ABI: our
-// version, the compiler, the C++ standard and Abseil's version) is not its
-// own. Collectives a module made run its code, so a loaded module is never
-// unloaded.
+// version, the compiler, the C++ standard, Abseil's version and a digest of
+// this header and local_collective.h) is not its own. Collectives a module made
+// run its code, so a loaded module is never unloaded.
 #ifndef FEDGATHER_CLIENT_NCCL_NCCL_MODULE_H_
 #define FEDGATHER_CLIENT_NCCL_NCCL_MODULE_H_
 

@@ -51,9 +51,10 @@ LocalCollectiveOrError LoadNcclLocalCollective(
   struct stat file;
   if (module_path.find('/') != std::string::npos &&
       stat(module_path.c_str(), &file) != 0) {
+    const std::string why = std::strerror(errno);
     return absl::FailedPreconditionError(
-        absl::StrCat("no NCCL module at ", module_path, ": ",
-                     std::strerror(errno), "; ", WhereModulesComeFrom()));
+        absl::StrCat("no NCCL module at ", module_path, ": ", why, "; ",
+                     WhereModulesComeFrom()));
   }
   void* module = dlopen(module_path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (module == nullptr) {
@@ -63,15 +64,22 @@ LocalCollectiveOrError LoadNcclLocalCollective(
         "libcudart.so.13, where the dynamic linker finds them: "
         "LD_LIBRARY_PATH or ldconfig)"));
   }
+  // The first symbol not found, with dlerror's reason (read at once: the
+  // next dlsym may reset it).
+  std::string missing;
+  const auto symbol = [&](const char* name) {
+    void* found = dlsym(module, name);
+    if (found == nullptr && missing.empty()) missing = DlError();
+    return found;
+  };
   const auto abi = reinterpret_cast<FedgatherNcclModuleAbiFn>(
-      dlsym(module, kFedgatherNcclModuleAbiSymbol));
+      symbol(kFedgatherNcclModuleAbiSymbol));
   const auto create = reinterpret_cast<FedgatherNcclModuleCreateFn>(
-      dlsym(module, kFedgatherNcclModuleCreateSymbol));
+      symbol(kFedgatherNcclModuleCreateSymbol));
   if (abi == nullptr || create == nullptr) {
-    const std::string why = DlError();
     dlclose(module);
-    return absl::FailedPreconditionError(
-        absl::StrCat(module_path, " is not a fedgather NCCL module: ", why));
+    return absl::FailedPreconditionError(absl::StrCat(
+        module_path, " is not a fedgather NCCL module: ", missing));
   }
   const std::string module_abi = abi();
   if (module_abi != FEDGATHER_NCCL_MODULE_ABI) {

@@ -1,5 +1,5 @@
 // NcclLocalCollective and NcclCommunicators on real GPUs (ctest label
-// `gpu`; bench/gpu/device_check.sh runs them). Every test skips, saying
+// `gpu`; bench/gpu/run_bundle.sh runs them). Every test skips, saying
 // why, when the CUDA runtime sees no device. With one GPU, G = 1: that still
 // runs NCCL's init, the streams, the pinned staging, the hand-off and a
 // communicator bootstrapped through the rendezvous.
@@ -11,10 +11,13 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "client/nccl/hierarchical_all_gather.h"
 #include "client/nccl/nccl_communicators.h"
@@ -130,9 +133,11 @@ TEST(NcclLocalCollectiveTest, BadArgumentsAreStatuses) {
 
 // Whatever device the caller has current stays current: Create, the
 // allocations, copies, all_gathers, Synchronize and the destructor switch
-// devices and switch back.
+// devices and switch back. The caller's is the last device and the
+// collective's first is device 0, so with one GPU nothing could switch.
 TEST(NcclLocalCollectiveTest, LeavesTheCallersDeviceCurrent) {
   FG_DEVICES_OR_SKIP(devices);
+  if (devices < 2) GTEST_SKIP() << "needs 2 GPUs";
   const int mine = devices - 1;
   ASSERT_EQ(cudaSetDevice(mine), cudaSuccess);
   auto current = [] {
@@ -169,16 +174,28 @@ TEST(NcclLocalCollectiveTest, LeavesTheCallersDeviceCurrent) {
 
 // Inputs written on the caller's own non-blocking streams (as PyTorch's
 // current stream is to the collective) are ordered before the all_gather by
-// WaitForStreams, without a host synchronization.
+// WaitForStreams, without a host synchronization. The caller's writes are
+// held back (behind a host function waiting for `release`) until the
+// all_gather has been enqueued, so without the wait it would read the
+// zeros every time, not only when it wins a race.
 TEST(NcclLocalCollectiveTest, WaitForStreamsOrdersTheCallersWrites) {
   FG_DEVICES_OR_SKIP(devices);
   auto local = NcclLocalCollective::Create();
   ASSERT_TRUE(local.ok()) << local.status();
   EXPECT_EQ((*local)->WaitForStreams({}).code(),
             absl::StatusCode::kInvalidArgument);
-  constexpr int64_t kBytes = 64 << 20;  // long enough to lose a race
+  constexpr int64_t kBytes = 1 << 20;
+  std::atomic<bool> release{false};
+  const cudaHostFn_t hold = [](void* flag) {
+    while (!static_cast<std::atomic<bool>*>(flag)->load()) {
+      std::this_thread::yield();
+    }
+  };
   std::vector<LocalBuffer> in, out;
   std::vector<cudaStream_t> theirs(devices, nullptr);
+  // Whatever way the test ends, the streams are let go before the buffers
+  // are freed (cudaFree waits for them).
+  const absl::Cleanup let_go = [&release] { release = true; };
   LocalAllGather op;
   op.bytes = kBytes;
   for (int g = 0; g < devices; ++g) {
@@ -187,13 +204,18 @@ TEST(NcclLocalCollectiveTest, WaitForStreamsOrdersTheCallersWrites) {
     op.sends.push_back(in[g].data());
     op.recvs.push_back(out[g].data());
     ASSERT_EQ(cudaSetDevice((*local)->cuda_devices()[g]), cudaSuccess);
+    ASSERT_EQ(cudaMemset(in[g].data(), 0, kBytes), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     ASSERT_EQ(cudaStreamCreateWithFlags(&theirs[g], cudaStreamNonBlocking),
               cudaSuccess);
+    ASSERT_EQ(cudaLaunchHostFunc(theirs[g], hold, &release), cudaSuccess);
     ASSERT_EQ(cudaMemsetAsync(in[g].data(), 1 + g, kBytes, theirs[g]),
               cudaSuccess);
   }
   ASSERT_TRUE((*local)->WaitForStreams(theirs).ok());
-  ASSERT_TRUE((*local)->AllGather({&op, 1}).ok());
+  const absl::Status enqueued = (*local)->AllGather({&op, 1});
+  release = true;
+  ASSERT_TRUE(enqueued.ok()) << enqueued;
   ASSERT_TRUE((*local)->Synchronize().ok());
   LocalBuffer back = *(*local)->AllocateHost(kBytes * devices);
   for (int d = 0; d < devices; ++d) {

@@ -1,7 +1,11 @@
 // CudaDeviceGuard: gives the calling thread back its current CUDA device.
 // cudaSetDevice changes the device for the whole thread, and callers (a
 // PyTorch process, for example) count on theirs staying current; every
-// fg_client_nccl call that switches devices holds one of these.
+// call of fg_nccl_local and fg_client_nccl that switches devices holds one
+// of these. A thread that never chose a device has device 0 current (the
+// runtime's default), so it gets device 0 back, and with it device 0's
+// primary context (memory on GPU 0) even when the call used other GPUs: a
+// caller that wants none there makes its own device current first.
 #ifndef FEDGATHER_CLIENT_NCCL_CUDA_DEVICE_GUARD_H_
 #define FEDGATHER_CLIENT_NCCL_CUDA_DEVICE_GUARD_H_
 

@@ -3,7 +3,7 @@
 // memory the devices copy from and to, copies, and an all_gather across the
 // devices. The hierarchical all_gather (hierarchical_all_gather.h) is written
 // against this interface only, so the same composition runs on GPUs
-// (NcclLocalCollective, fg_client_nccl) and in tests and on nodes without
+// (NcclLocalCollective, fg_nccl_local) and in tests and on nodes without
 // GPUs (CpuLocalCollective).
 //
 // Ordering: every device has one queue (a CUDA stream). Copies and

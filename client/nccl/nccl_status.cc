@@ -32,8 +32,9 @@ absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
 absl::Status NcclStatus(ncclResult_t result, absl::string_view what,
                         ncclComm_t comm) {
   if (result == ncclSuccess) return absl::OkStatus();
-  // NCCL passes a CUDA failure on as ncclUnhandledCudaError and leaves the
-  // runtime's last error set.
+  // NCCL passes a CUDA failure on as ncclUnhandledCudaError; the CUDACHECK
+  // of some versions (the 2019-2022 sources) leaves the runtime's last
+  // error set, so it is cleared here whatever the version.
   if (result == ncclUnhandledCudaError) (void)cudaGetLastError();
   std::string message = absl::StrCat(what, ": ", ncclGetErrorString(result));
   const char* last = ncclGetLastError(comm);

@@ -1,5 +1,5 @@
 // CUDA and NCCL errors as absl::Status (client/nccl/nccl_status.h), and
-// what fg_client_nccl says on a machine without a GPU. Needs no GPU.
+// what fg_nccl_local says on a machine without a GPU. Needs no GPU.
 #include "client/nccl/nccl_status.h"
 
 #include <gmock/gmock.h>

@@ -255,6 +255,9 @@ else
   timeout -k 60 600 bash bench/gpu/check_bundle_bare.sh "$BUILD_DIR/gpu-bundle" || bundle_rc=$?
   if [ "$bundle_rc" = 77 ]; then
     echo "-- SKIPPED: no Docker engine can run on this machine (see above)"
+  elif [ "$bundle_rc" = 124 ]; then
+    echo "bench/gpu/check_bundle_bare.sh did not finish within 10 minutes" >&2
+    exit 1
   elif [ "$bundle_rc" != 0 ]; then
     exit "$bundle_rc"
   fi

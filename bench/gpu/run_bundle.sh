@@ -33,15 +33,20 @@
 # GPU was found (everything before the first GPU call passed).
 set -uo pipefail
 
-# The whole check is bounded: past 270 s, timeout sends SIGTERM to all of it
-# (the test running, the server) and the trap below still writes the summary.
+# The whole check is bounded: past 270 s, timeout sends SIGTERM to its process
+# group, all of it (the test running, the server) and the trap below still
+# writes the summary. For that, everything stays in that group (each test's
+# and tool's timeout is --foreground, which keeps it there; without it the
+# test would run on in a group of its own and the trap wait for it), and the
+# tee that keeps the log ignores SIGTERM, so that the trap's output still has
+# somewhere to go (tee ends when this script does).
 if [ -z "${RUN_BUNDLE_TIMED:-}" ]; then
   RUN_BUNDLE_TIMED=1 exec timeout -k 15 270 bash "${BASH_SOURCE[0]}" "$@"
 fi
 BUNDLE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 OUT="${OUT:-$BUNDLE/out}"
 mkdir -p "$OUT/tests"
-exec > >(tee "$OUT/run_bundle.log") 2>&1
+exec > >(trap '' TERM; exec tee "$OUT/run_bundle.log") 2>&1
 TEST_TIMEOUT=60
 export GRPC_VERBOSITY=NONE NCCL_DEBUG=WARN
 
@@ -108,7 +113,7 @@ find_library() {
     found="$(find "$root" -maxdepth 4 -name "$pattern" \( -type f -o -type l \) 2>/dev/null | head -n 1)"
     if [ -n "$found" ]; then echo "$found"; return; fi
   done
-  timeout 60 find / -xdev -name "$pattern" \( -type f -o -type l \) 2>/dev/null | head -n 1
+  timeout --foreground -k 5 60 find / -xdev -name "$pattern" \( -type f -o -type l \) 2>/dev/null | head -n 1
 }
 NCCL_LIB="$(find_library 'libnccl.so.2*')"
 CUDART_LIB="$(find_library 'libcudart.so.13*')"
@@ -133,11 +138,21 @@ done
 [ "$unresolved" = 0 ] || finish 1
 echo "all resolve"
 
-# tests_of BINARY: its test names, Suite.Test, one a line.
-tests_of() {
-  "$1" --gtest_list_tests | awk '
+# list_tests BINARY: sets TESTS to its test names, Suite.Test, one a line.
+# When --gtest_list_tests fails or lists none, that is a failure (status 1):
+# a binary that cannot list its tests must not pass with 0 of them.
+list_tests() {
+  local listing rc=0 err
+  err="$OUT/tests/$(basename "$1").list.err"
+  listing="$(timeout --foreground -k 5 "$TEST_TIMEOUT" "$1" --gtest_list_tests 2>"$err")" || rc=$?
+  TESTS="$(awk '
     /^[^ ]/ { suite = $1; next }
-    /^  /   { print suite $1 }'
+    /^  /   { print suite $1 }' <<<"$listing")"
+  if [ "$rc" != 0 ]; then
+    fail "$(basename "$1") --gtest_list_tests: exit $rc: $(head -n 3 "$err")"
+    return 1
+  fi
+  if [ -z "$TESTS" ]; then fail "$(basename "$1") --gtest_list_tests lists no tests"; return 1; fi
 }
 # SKIP_OK: the skips a GPU machine is meant to see.
 SKIP_OK='CUDA device\(s\) present|this machine has CUDA devices|needs [0-9]+ (or more )?GPUs|needs ≥ ?[0-9]+ GPUs'
@@ -148,7 +163,7 @@ run_test() {
   log="$OUT/tests/$(basename "$binary").${name//\//_}.log"
   LAST_SKIP=""
   rc=0
-  timeout -k 5 "$TEST_TIMEOUT" "$binary" --gtest_filter="$name" >"$log" 2>&1 || rc=$?
+  timeout --foreground -k 5 "$TEST_TIMEOUT" "$binary" --gtest_filter="$name" >"$log" 2>&1 || rc=$?
   if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
     fail "$name: still running after ${TEST_TIMEOUT} s (log: tests/$(basename "$log"))"
     return
@@ -168,12 +183,13 @@ run_test() {
 # run_binary BINARY: every test of BINARY; a skip fails unless SKIP_OK says it may happen.
 run_binary() {
   local binary="$BUNDLE/bin/$1" name
+  list_tests "$binary" || return 0
   while IFS= read -r name; do
     run_test "$binary" "$name"
     if [ -n "$LAST_SKIP" ] && ! grep -qE "$SKIP_OK" <<<"$LAST_SKIP"; then
       fail "$name skipped: $LAST_SKIP"
     fi
-  done < <(tests_of "$binary")
+  done <<<"$TESTS"
 }
 
 step "the client/nccl tests that need no GPU"
@@ -184,7 +200,9 @@ done
 
 step "a GPU (the CUDA runtime, through client_nccl_gpu_test's first test)"
 GPU_TEST="$BUNDLE/bin/client_nccl_gpu_test"
-first="$(tests_of "$GPU_TEST" | head -n 1)"
+list_tests "$GPU_TEST" || finish 1
+GPU_TESTS="$TESTS"
+first="$(head -n 1 <<<"$GPU_TESTS")"
 run_test "$GPU_TEST" "$first"
 if [[ "$LAST_SKIP" == "no CUDA device"* ]]; then
   NO_GPU="no GPU was found: $LAST_SKIP"
@@ -198,7 +216,7 @@ while IFS= read -r name; do
   [ "$name" = "$first" ] && continue
   run_test "$GPU_TEST" "$name"
   if [ -n "$LAST_SKIP" ] && ! grep -qE "$SKIP_OK" <<<"$LAST_SKIP"; then fail "$name skipped: $LAST_SKIP"; fi
-done < <(tests_of "$GPU_TEST")
+done <<<"$GPU_TESTS"
 
 step "fedgather join --gpus 1 against a local server, over mutual TLS"
 WORK="$(mktemp -d)"
@@ -213,7 +231,7 @@ if [ ! -s "$WORK/port" ]; then
   fail "fedgather-server did not start: $(tail -n 3 "$OUT/server.log")"
 else
   rc=0
-  timeout -k 5 90 "$BUNDLE/bin/fedgather" join --server "127.0.0.1:$(cat "$WORK/port")" \
+  timeout --foreground -k 5 90 "$BUNDLE/bin/fedgather" join --server "127.0.0.1:$(cat "$WORK/port")" \
     --tls-dir "$WORK/pki/site-0" --group demo --world-size 1 --gpus 1 --timeout 60 \
     --input "$BUNDLE/data/join_input.safetensors" --output "$OUT/join_output.safetensors" \
     >"$OUT/join.log" 2>&1 || rc=$?
@@ -253,7 +271,7 @@ rm -rf "$WORK"
 
 step "bandwidth (nccl_bandwidth 256)"
 rc=0
-timeout -k 5 90 "$BUNDLE/bin/nccl_bandwidth" 256 >"$OUT/nccl_bandwidth.csv" 2>"$OUT/nccl_bandwidth.err" || rc=$?
+timeout --foreground -k 5 90 "$BUNDLE/bin/nccl_bandwidth" 256 >"$OUT/nccl_bandwidth.csv" 2>"$OUT/nccl_bandwidth.err" || rc=$?
 cat "$OUT/nccl_bandwidth.csv"
 if [ "$rc" = 0 ]; then PASSED=$((PASSED + 1)); else fail "nccl_bandwidth: exit $rc: $(tail -n 3 "$OUT/nccl_bandwidth.err")"; fi
 

@@ -3,13 +3,13 @@
 # file beside this script (deploy/compose/docker-compose.yml), as committed,
 # in a real Docker engine.
 #
-#   1. installs Debian's docker.io, docker-compose and debootstrap if missing
-#      (as root);
+#   1. installs Debian's docker.io and docker-compose if missing (as root);
 #   2. starts dockerd if none answers, and stops it at the end only if this
 #      script started it;
 #   3. makes the base images the Dockerfile's FROM lines name (debian:12,
-#      debian:12-slim) from Debian's mirror with debootstrap when they are
-#      missing (Docker Hub is not reachable here); they are reused after that;
+#      debian:12-slim) from Debian's mirror with debootstrap (installed if
+#      missing) when they are missing (Docker Hub is not reachable here); they
+#      are reused after that;
 #   4. builds both images (BuildKit, Debian's docker CLI);
 #   5. starts the server (provisioning first), checks the hardening of the
 #      running server container and of a container made with a site's exact
@@ -107,7 +107,7 @@ trap 'exit 143' TERM
 trap 'exit 130' INT
 
 # ---- 1. the engine and the tools ----------------------------------------------------------------------------
-step "installing Docker's engine, docker-compose and debootstrap (Debian packages) if missing"
+step "installing Docker's engine and docker-compose (Debian packages) if missing"
 engine_install docker-compose
 echo "   $("$DOCKER" --version); $(docker-compose --version)"
 
@@ -178,10 +178,11 @@ check_hardening() {
   done
   echo "   $name: uid 10001, CapEff 0, NoNewPrivs 1, seccomp 2 (filter), read-only root, mounts ${expect_tls% }"
 }
+# Both have one certificate mount, at /etc/fedgather/tls.
 EXPECT_TLS="/etc/fedgather/tls "
 check_hardening "server (running)" "$DOCKER" exec "$(container server)"
-# A site with its exact compose settings: its own certificate volume only; another site's volume is not there.
-EXPECT_TLS="/etc/fedgather/tls "
+# A site with its exact compose settings. That the volume at /etc/fedgather/tls is the site's own, and that no
+# other site's is mounted, is checked on the training's containers below (their Mounts).
 check_hardening "site-1 (compose run, the service's settings)" compose run --rm --no-deps -T site-1
 
 step "four sites train the digits classifier together: FedAvg, $ROUNDS rounds"
@@ -241,8 +242,9 @@ target="$(grep -oE "targets: *\[ *['\"]?[A-Za-z0-9_.-]+:[0-9]+" "$PROMETHEUS_FIL
 if [ -z "$target" ]; then
   fail "no scrape target in $PROMETHEUS_FILE"
 else
-  # From a container on the compose network, with the site image's bash (/dev/tcp).
-  metrics="$(compose run --rm --no-deps -T site-1 /bin/bash -c "
+  # From a container on the compose network, with the site image's bash (/dev/tcp); 10 s at most for the
+  # connection and the answer (timeout, in the container, so that it ends with them).
+  metrics="$(compose run --rm --no-deps -T site-1 timeout 10 /bin/bash -c "
     exec 3<>/dev/tcp/${target%:*}/${target#*:}
     printf 'GET /metrics HTTP/1.0\r\nHost: $target\r\n\r\n' >&3
     cat <&3" 2>&1 || true)"

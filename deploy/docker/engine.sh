@@ -8,7 +8,8 @@
 #   . deploy/docker/engine.sh
 #   engine_install [PACKAGE...]   docker.io and PACKAGE... (Debian) if missing
 #   engine_start                  dockerd, if none answers
-#   engine_base_images            debian:12 and debian:12-slim, if missing;
+#   engine_base_images            debian:12 and debian:12-slim, if missing
+#                                 (debootstrap, installed if missing);
 #                                 then checks that a container starts
 #   engine_stop                   stops the dockerd engine_start started
 #
@@ -26,17 +27,20 @@ ENGINE_DOCKERD_PID=""
 engine_install() {
   local missing=() package
   [ -x /usr/bin/docker ] && [ -x /usr/sbin/dockerd ] || missing+=(docker.io)
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
   for package in "$@"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
   done
-  [ ${#missing[@]} -eq 0 ] && return 0
+  [ ${#missing[@]} -eq 0 ] || engine_apt_install "${missing[@]}"
+}
+
+# engine_apt_install PACKAGE...: installs them (Debian), as root; else exits 77.
+engine_apt_install() {
   if [ "$(id -u)" != 0 ]; then
-    echo "SKIP: need ${missing[*]}: run as root, or install them (apt-get install ${missing[*]})" >&2
+    echo "SKIP: need $*: run as root, or install them (apt-get install $*)" >&2
     exit 77
   fi
   apt-get update -q
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
 }
 
 engine_start() {
@@ -47,7 +51,10 @@ engine_start() {
   [ "$(id -u)" = 0 ] || { echo "SKIP: no Docker daemon answers, and starting one needs root" >&2; exit 77; }
   local log
   log="$(mktemp /tmp/fedgather-dockerd.XXXXXX.log)"
-  /usr/sbin/dockerd >"$log" 2>&1 &
+  # In a session of its own, so that a signal to the caller's process group (tests/run.sh's timeout, ^C) does
+  # not stop dockerd before the caller's cleanup has used it (docker-compose down -v). This shell has no job
+  # control, so setsid is not a group leader and execs dockerd without forking: $! is dockerd's pid.
+  setsid /usr/sbin/dockerd >"$log" 2>&1 &
   ENGINE_DOCKERD_PID=$!
   for _ in $(seq 60); do "$DOCKER" info >/dev/null 2>&1 && break; sleep 1; done
   if ! "$DOCKER" info >/dev/null 2>&1; then
@@ -62,11 +69,17 @@ engine_base_images() {
   if "$DOCKER" image inspect debian:12 >/dev/null 2>&1 && "$DOCKER" image inspect debian:12-slim >/dev/null 2>&1; then
     echo "   debian:12 and debian:12-slim present; reused"
   else
+    # By path: /usr/sbin is not on a non-root user's PATH.
+    [ -x /usr/sbin/debootstrap ] || engine_apt_install debootstrap
     local rootfs
     rootfs="$(mktemp -d /tmp/fedgather-rootfs.XXXXXX)"
     echo "   debootstrap --variant=minbase bookworm from $ENGINE_MIRROR"
-    debootstrap --variant=minbase bookworm "$rootfs" "$ENGINE_MIRROR" >"$rootfs.log" 2>&1 || {
-      tail -n 20 "$rootfs.log" >&2; return 1; }
+    /usr/sbin/debootstrap --variant=minbase bookworm "$rootfs" "$ENGINE_MIRROR" >"$rootfs.log" 2>&1 || {
+      echo "debootstrap failed; the end of its log ($rootfs.log):" >&2
+      tail -n 20 "$rootfs.log" >&2
+      rm -rf --one-file-system "$rootfs"
+      return 1
+    }
     # The same suites as Debian's own images: the release, its updates and the security archive.
     cat >"$rootfs/etc/apt/sources.list" <<EOF
 deb $ENGINE_MIRROR bookworm main

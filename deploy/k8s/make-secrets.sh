@@ -106,7 +106,10 @@ if [ ! -s "$PKI/crl.pem" ]; then
 fi
 
 if [ "$TO_STDOUT" = 1 ]; then
-  manifests
+  # All of them or nothing: printed only once every Secret was made, so that a pipe into kubectl apply never
+  # applies some of them (set -e again: command substitution clears it).
+  all="$(set -e; manifests)"
+  printf '%s\n' "$all"
   exit 0
 fi
 

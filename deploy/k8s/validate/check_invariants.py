@@ -22,7 +22,9 @@ forever):
   - with ConfigMap fedgather-policy: all-sites projects exactly the Secrets fedgather-site-0..N-1; the policy's
     group demo has world_size W >= N participants, among them spiffe://fedgather/site-0..N-1 (the others are
     sites outside the cluster); FEDGATHER_WORLD_SIZE is W;
-  - NetworkPolicies that restrict the sites' egress let them reach port 53 over UDP and TCP (DNS).
+  - where NetworkPolicies restrict the sites' egress, an egress rule of one of them opens port 53 over UDP and one
+    over TCP (DNS). The ports only: a rule's `to:` is not checked, and a policy selects the sites when its
+    podSelector's matchLabels match (matchExpressions are not evaluated).
 The server, StatefulSet fedgather-server:
   - --listen on [::]; --crl names a file in a volume of ConfigMap fedgather-policy that holds it (empty, or a
     PEM X509 CRL);
